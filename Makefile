@@ -1,0 +1,103 @@
+# Building the Transformer: the two commands a reader needs are `make book` and `make test`.
+# Everything runs inside .venv, created on first use.
+#
+#   make setup      create .venv and install the pinned dependencies (instant when already done)
+#   make book       build the HTML book into _build/html (warnings are errors; notebooks are not re-run)
+#   make test       ruff, pytest, nbval on every chapter, then the book and its browser test
+#   make export     write src/transformer_book/ from the chapters' `#| export` cells (nbdev)
+#   make execute    re-run the chapters in place to refresh their stored outputs (NB=chapters/x.ipynb for one)
+#   make train      train the chapter 10 model from the command line (PRESET=smoke|cpu|gpu, default cpu)
+#   make test-book  only the browser test of the built book (screenshots in _build/screenshots/)
+#   make linkcheck  check external links (needs internet)
+
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(abspath $(VENV))/bin
+STAMP := $(VENV)/.setup-done
+CHAPTERS := $(sort $(wildcard chapters/*.ipynb))
+LINT_PATHS := $(wildcard src tests tools bench) $(CHAPTERS)
+# nbval runs chapter 10 with its tiny preset; `make test TEST_PRESET=cpu` overrides it.
+TEST_PRESET ?= smoke
+PRESET ?=
+NB ?=
+
+# The kernel spec installed by ipykernel starts `python` from PATH: make it the .venv one.
+export PATH := $(BIN):$(PATH)
+# Quiet, reproducible runs.
+export PYTHONDONTWRITEBYTECODE := 1
+export PYDEVD_DISABLE_FILE_VALIDATION := 1
+
+.NOTPARALLEL:
+
+.PHONY: help setup browser book test lint pytest nbval test-book export execute train linkcheck clean
+
+help:
+	@sed -n '4,12p' Makefile | sed 's/^# //'
+
+setup: $(STAMP) browser
+
+# Re-installs only when pyproject.toml or constraints.txt changed (or .venv is new).
+$(STAMP): pyproject.toml constraints.txt
+	@test -x $(BIN)/python || { echo "Creating $(VENV) with $(PYTHON)"; $(PYTHON) -m venv $(VENV); }
+	$(BIN)/python -m pip install --quiet -c constraints.txt "torch==2.13.0" -e ".[book,dev]"
+	@touch $@
+
+# The browser test drives Debian's chromium (Playwright's own browser download needs the internet).
+# Installing it is attempted only when it is missing; `make book` does not need it, so this step
+# only warns when it cannot install, and `make test-book` stops with the same advice.
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  echo "chromium not found: installing Debian's chromium package (apt-get) for the browser test"; \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=""; elif command -v sudo >/dev/null 2>&1; then SUDO="sudo"; else SUDO="none"; fi; \
+	  if [ "$$SUDO" != none ] && command -v apt-get >/dev/null 2>&1 \
+	     && $$SUDO apt-get update -qq \
+	     && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends chromium >/dev/null; then \
+	    echo "chromium installed: $$(command -v chromium)"; \
+	  else \
+	    echo "WARNING: could not install chromium (needs apt-get and root or sudo)."; \
+	    echo "         Install a Chromium whose binary is called 'chromium' on PATH to run 'make test-book'."; \
+	  fi; }
+
+book: setup
+	@# A failed build leaves Sphinx's cache believing the failing pages are done; drop it so the
+	@# next run reports the same warnings again instead of passing.
+	$(BIN)/jupyter-book build . -W --keep-going || { rm -rf _build/.doctrees; exit 1; }
+
+test: setup lint pytest nbval book test-book
+
+lint: setup
+	$(BIN)/ruff check $(LINT_PATHS)
+
+pytest: setup
+	$(BIN)/python -m pytest tests/ -p no:cacheprovider
+
+nbval: setup
+ifeq ($(CHAPTERS),)
+	@echo "nbval: no notebooks in chapters/ yet"
+else
+	TRANSFORMER_BOOK_PRESET=$(TEST_PRESET) $(BIN)/python -m pytest --nbval $(CHAPTERS) \
+	  --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider
+endif
+
+# The browser test of the built book alone (run `make book` first, or use `make test`).
+test-book: setup
+	@test -f _build/html/index.html || { echo "test-book: no built book in _build/html; run 'make book' first"; exit 1; }
+	$(BIN)/python -m pytest tests/browser/test_book.py --book-dir _build/html -p no:cacheprovider
+
+export: setup
+	$(BIN)/python tools/export.py
+
+execute: setup
+	$(if $(PRESET),TRANSFORMER_BOOK_PRESET=$(PRESET)) $(BIN)/python tools/execute.py $(or $(NB),$(CHAPTERS))
+
+train: setup
+	$(BIN)/python -m transformer_book train --preset $(or $(PRESET),cpu) --out runs/multi30k
+
+linkcheck: setup
+	$(BIN)/jupyter-book build . --builder linkcheck
+
+clean:
+	rm -rf _build

@@ -1,0 +1,5 @@
+import sys
+
+from .translate import main
+
+sys.exit(main())

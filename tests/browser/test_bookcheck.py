@@ -1,0 +1,171 @@
+"""The browser checks catch what they claim to catch: small fixture pages, each with one known fault.
+
+A clean page must pass, and each broken page must fail with a message naming the page and the fault:
+broken math delimiters, a wrong image path, dead internal links, a wrong Colab path, a widget with no
+static figure, a solution that is not folded, and a request that needs the network.
+"""
+
+from __future__ import annotations
+
+import base64
+import importlib.util
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+from bookcheck import BookChecker, PageReport, Site, format_problems, list_pages, site_from_book
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+COLAB = "https://colab.research.google.com/github/transformer-book/transformer-book/blob/main/chapters"
+# A 2x2 red PNG.
+PNG = base64.b64decode(
+    "iVBORw0KGgoAAAANSUhEUgAAAAIAAAACCAIAAAD91JpzAAAAEElEQVR4nGP4z8AARAwQCgAf7gP9i18U1AAAAABJRU5ErkJggg=="
+)
+
+# The theme's rocket menu: a button that shows a hidden list of launch links.
+LAUNCH = """<div class="dropdown-launch-buttons">
+<button onclick="this.nextElementSibling.style.display = 'block'">launch</button>
+<ul style="display: none"><li><a href="COLAB/{notebook}" title="Launch on Colab">Colab</a></li></ul></div>"""
+
+HEAD = """<!DOCTYPE html>
+<html><head><meta charset="utf-8"><title>{title}</title>
+<link rel="stylesheet" href="_static/togglebutton.css">
+<script>let toggleHintShow = 'Click to show'; let toggleHintHide = 'Click to hide';
+let toggleOpenOnPrint = 'true'; var togglebuttonSelector = '.toggle, .admonition.dropdown';</script>
+<script src="_static/togglebutton.js"></script>
+{mathjax}</head>
+<body><article class="bd-article"><section id="{title}"><h1>{title}</h1>
+"""
+TAIL = "</section></article></body></html>\n"
+
+PAGES = {
+    # Everything right: rendered math, a loaded image, good links, the right Colab link, a folded solution.
+    "good.html": r"""
+<p>Inline math <span class="math notranslate nohighlight">\(a^2 + b^2\)</span> and display math:</p>
+<div class="math notranslate nohighlight">\[\mathrm{softmax}\left(\frac{QK^\top}{\sqrt{d_k}}\right)V\]</div>
+<img src="_images/figure.png" alt="a figure">
+<p><a href="other.html#sec">a section</a>, <a href="#good">this page</a>, <a href="https://example.org/">outside</a></p>
+LAUNCH(good.ipynb)
+<div class="admonition dropdown"><p class="admonition-title">Solution</p><p>The answer.</p></div>
+<div class="cell"><div class="cell_output"><script type="application/vnd.jupyter.widget-view+json">
+{"model_id": "abc", "version_major": 2, "version_minor": 0}</script></div></div>
+<p>In Jupyter the cell above is interactive; the page shows a few settings of it below.</p>
+<div class="cell"><div class="cell_output"><img src="_images/figure.png" alt="static panels"></div></div>
+""",
+    "other.html": '<section id="sec"><h2>Section</h2><p>Text.</p></section>',
+    # A display equation whose closing $$ was lost: MyST leaves the TeX as text.
+    "broken_math.html": r"<p>$$ \frac{QK^\top}{\sqrt{d_k}}</p><p>More text.</p>",
+    "bad_image.html": '<img src="_images/missing.png" alt="a figure whose path is wrong">',
+    "dead_link.html": '<p><a href="nowhere.html">gone</a> and <a href="other.html#no-such-anchor">no anchor</a></p>',
+    "wrong_colab.html": "LAUNCH(02_attention.ipynb)",
+    "widget.html": """<div class="cell"><div class="cell_output">
+<script type="application/vnd.jupyter.widget-view+json">{"model_id": "abc"}</script></div></div>
+<p>Nothing static follows.</p>""",
+    "open_solution.html": '<details open><summary>Solution</summary><p>Shown before any click.</p></details>',
+    "needs_network.html": "<p>MathJax from a CDN: <span class=\"math\">\\(x\\)</span></p>",
+}
+LOCAL_MATHJAX = '<script defer src="_static/mathjax/tex-chtml.js"></script>'
+# The page loads MathJax from its CDN, as Sphinx does by default.
+MATHJAX = {
+    "needs_network.html": '<script defer src="https://cdn.jsdelivr.net/npm/mathjax@3/es5/tex-chtml.js"></script>',
+}
+
+
+def _package_dir(name: str) -> Path:
+    spec = importlib.util.find_spec(name)
+    assert spec is not None and spec.origin is not None, f"{name} is not installed"
+    return Path(spec.origin).parent
+
+
+@pytest.fixture(scope="module")
+def fixture_site(tmp_path_factory) -> Site:
+    root = tmp_path_factory.mktemp("site")
+    static = root / "_static"
+    static.mkdir()
+    (static / "mathjax").symlink_to(_package_dir("sphinx-mathjax-offline") / "static" / "mathjax")
+    for asset in ("togglebutton.js", "togglebutton.css"):
+        shutil.copy(_package_dir("sphinx_togglebutton") / "_static" / asset, static / asset)
+    (root / "_images").mkdir()
+    (root / "_images" / "figure.png").write_bytes(PNG)
+    for name, body in PAGES.items():
+        title = name.removesuffix(".html")
+        body = re.sub(r"LAUNCH\(([^)]+)\)", lambda m: LAUNCH.format(notebook=m.group(1)), body)
+        html = HEAD.format(title=title, mathjax=MATHJAX.get(name, LOCAL_MATHJAX)) + body.replace("COLAB", COLAB) + TAIL
+        (root / name).write_text(html, encoding="utf-8")
+    colab = {"good.html": f"{COLAB}/good.ipynb", "wrong_colab.html": f"{COLAB}/wrong_colab.ipynb"}
+    return Site(root=root, colab=colab)
+
+
+@pytest.fixture(scope="module")
+def reports(fixture_site) -> dict[str, PageReport]:
+    with BookChecker(fixture_site) as checker:
+        return {page: checker.check_page(page) for page in list_pages(fixture_site.root)}
+
+
+def _assert_caught(report: PageReport, *fragments: str) -> None:
+    text = format_problems(report)
+    for fragment in fragments:
+        assert fragment in text, f"expected {fragment!r} among the problems of {report.page}:\n{text}"
+    assert text.startswith(report.page), text
+
+
+def test_clean_pages_pass(reports):
+    for page in ("good.html", "other.html"):
+        assert not reports[page].problems, format_problems(reports[page])
+    assert reports["good.html"].checks >= 15
+
+
+def test_broken_math_delimiters_are_caught(reports):
+    _assert_caught(reports["broken_math.html"], "broken_math.html: raw TeX ($$) in the visible text")
+
+
+def test_wrong_image_path_is_caught(reports):
+    _assert_caught(reports["bad_image.html"], "bad_image.html: image did not load: _images/missing.png",
+                   "failed local request")
+
+
+def test_dead_internal_links_are_caught(reports):
+    _assert_caught(reports["dead_link.html"], "internal link to a missing page: nowhere.html",
+                   "internal link to a missing anchor: other.html#no-such-anchor")
+
+
+def test_wrong_colab_path_is_caught(reports):
+    _assert_caught(reports["wrong_colab.html"],
+                   f"Colab launch link points at {COLAB}/02_attention.ipynb, expected {COLAB}/wrong_colab.ipynb")
+
+
+def test_widget_without_static_figure_is_caught(reports):
+    _assert_caught(reports["widget.html"], "widget output with no static figure next to it")
+
+
+def test_unfolded_solution_is_caught(reports):
+    _assert_caught(reports["open_solution.html"], "collapsible 'Solution' is open before it is clicked")
+
+
+def test_page_needing_the_network_is_caught(reports):
+    _assert_caught(reports["needs_network.html"],
+                   "request to another origin (blocked: the page needs the network): https://cdn.jsdelivr.net",
+                   "the page has math but MathJax did not load", "math not rendered by MathJax")
+
+
+def test_colab_links_come_from_the_config(tmp_path):
+    """The expected launch link is built from _config.yml's repository and the notebook's path."""
+    config = yaml.safe_load((REPO_ROOT / "_config.yml").read_text(encoding="utf-8"))
+    assert config["repository"]["url"] == "https://github.com/transformer-book/transformer-book"
+    assert config["repository"]["branch"] == "main"
+    (tmp_path / "_config.yml").write_text(yaml.safe_dump(config), encoding="utf-8")
+    (tmp_path / "chapters").mkdir()
+    (tmp_path / "chapters" / "01_rnn_limits.ipynb").write_text("{}", encoding="utf-8")
+    build = tmp_path / "_build" / "html"
+    (build / "_sources" / "chapters").mkdir(parents=True)
+    (build / "_sources" / "chapters" / "01_rnn_limits.ipynb").write_text("{}", encoding="utf-8")
+    site = site_from_book(build, tmp_path / "_config.yml")
+    assert site.colab == {
+        "chapters/01_rnn_limits.html": "https://colab.research.google.com/github/transformer-book/"
+        "transformer-book/blob/main/chapters/01_rnn_limits.ipynb"
+    }
+    (tmp_path / "chapters" / "01_rnn_limits.ipynb").unlink()
+    with pytest.raises(FileNotFoundError, match="chapters/01_rnn_limits.ipynb"):
+        site_from_book(build, tmp_path / "_config.yml")

@@ -1,0 +1,26 @@
+"""Shared pytest settings for tests/.
+
+The browser test of the built book (tests/browser/test_book.py) runs only when it is given the built
+HTML with `--book-dir` (as `make test-book` does); `pytest tests/` leaves it out.
+"""
+
+from pathlib import Path
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--book-dir",
+        default=None,
+        help="built HTML book to open in the browser (for example _build/html); enables tests/browser/test_book.py",
+    )
+    parser.addoption(
+        "--book-config",
+        default=None,
+        help="the book's _config.yml (default: the one at the repository root)",
+    )
+
+
+def pytest_ignore_collect(collection_path: Path, config):
+    if collection_path.name == "test_book.py" and collection_path.parent.name == "browser":
+        return config.getoption("--book-dir") is None or None
+    return None

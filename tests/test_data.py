@@ -1,0 +1,480 @@
+"""Tests for transformer_book.data (chapter 9): download paths without the network, loading, tokenizer, batches."""
+
+import gzip
+import os
+import shutil
+import urllib.error
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import transformer_book.data as data
+from transformer_book.data import (
+    BOS_ID,
+    DATA_ENV,
+    EOS_ID,
+    MULTI30K_FILES,
+    MULTI30K_URL,
+    PAD_ID,
+    SPECIAL_TOKENS,
+    SPLITS,
+    UNK_ID,
+    DataError,
+    batch_by_tokens,
+    decode,
+    download_multi30k,
+    encode,
+    encode_pairs,
+    load_multi30k,
+    load_tokenizer,
+    normalize,
+    padding_efficiency,
+    save_tokenizer,
+    token_buckets,
+    train_tokenizer,
+)
+
+# The shared copy of Multi30k: $TRANSFORMER_BOOK_DATA/multi30k, or ../shared/data/multi30k next to the repository.
+_ENV_ROOT = os.environ.get(DATA_ENV)
+SHARED_ROOT = Path(_ENV_ROOT) if _ENV_ROOT else Path(__file__).resolve().parents[2] / "shared" / "data"
+SHARED = SHARED_ROOT / "multi30k"
+needs_data = pytest.mark.skipif(
+    not all((SHARED / name).is_file() for name in MULTI30K_FILES),
+    reason=f"Multi30k not found in {SHARED}: set {DATA_ENV} to a folder holding multi30k/ with the six files",
+)
+
+SAMPLE = [
+    ("Zwei junge weiße Männer sind im Freien in der Nähe vieler Büsche.", "Two young, White males are outside."),
+    ("Ein kleines Mädchen klettert in ein Spielhaus aus Holz.", "A little girl climbing into a wooden playhouse."),
+    ("Ein Mann  mit\xa0einem orangefarbenen Hut.\t", "A man in an orange hat."),
+    ("Ein Hund rennt über saftig-grünes Gras!", "A dog runs on lush green grass!"),
+    ("Eine Frau (32) liest „Die Zeit“ am Bahnhof?", "A woman (32) reads 'Die Zeit' at the station?"),
+]
+
+
+class Network:
+    """A stand-in for data._fetch: 'ok' copies from the shared folder, 'garbage' writes junk, 'down' raises."""
+
+    def __init__(self, *modes: str):
+        self.modes, self.calls = list(modes), []
+
+    def __call__(self, url: str, dest: Path) -> None:
+        mode = self.modes[min(len(self.calls), len(self.modes) - 1)]
+        self.calls.append(url)
+        assert url.startswith(MULTI30K_URL + "/"), url
+        if mode == "down":
+            raise urllib.error.URLError("no network in this test")
+        if mode == "garbage":
+            dest.write_bytes(b"not the file you asked for")
+        else:
+            shutil.copyfile(SHARED / url.rsplit("/", 1)[1], dest)
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Batches are many small tensor operations: on a busy 2-core machine a second thread only adds waiting."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def no_env(monkeypatch):
+    monkeypatch.delenv(DATA_ENV, raising=False)
+
+
+def _parts(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if p.name.endswith(".part"))
+
+
+# --- download: the local folder named by TRANSFORMER_BOOK_DATA -------------------------------------------
+
+
+@needs_data
+def test_env_folder_is_used_and_never_downloads(tmp_path, monkeypatch):
+    shutil.copytree(SHARED, tmp_path / "multi30k")
+    monkeypatch.setenv(DATA_ENV, str(tmp_path))
+    net = Network("down")
+    monkeypatch.setattr(data, "_fetch", net)
+    assert download_multi30k(root=tmp_path / "ignored") == tmp_path / "multi30k"
+    assert net.calls == []
+    assert not (tmp_path / "ignored").exists()
+
+
+@needs_data
+def test_env_folder_missing_file_names_it(tmp_path, monkeypatch):
+    shutil.copytree(SHARED, tmp_path / "multi30k")
+    (tmp_path / "multi30k" / "val.en.gz").unlink()
+    monkeypatch.setenv(DATA_ENV, str(tmp_path))
+    net = Network("ok")
+    monkeypatch.setattr(data, "_fetch", net)
+    with pytest.raises(DataError, match=r"val\.en\.gz does not exist.*TRANSFORMER_BOOK_DATA"):
+        download_multi30k()
+    assert net.calls == []
+
+
+@needs_data
+def test_env_folder_corrupt_file_is_reported_not_fetched(tmp_path, monkeypatch):
+    shutil.copytree(SHARED, tmp_path / "multi30k")
+    (tmp_path / "multi30k" / "train.de.gz").write_bytes(b"truncated")
+    monkeypatch.setenv(DATA_ENV, str(tmp_path))
+    net = Network("ok")
+    monkeypatch.setattr(data, "_fetch", net)
+    with pytest.raises(DataError, match=r"train\.de\.gz is corrupt: its sha256 is [0-9a-f]{64}, expected"):
+        download_multi30k()
+    assert net.calls == []
+
+
+# --- download: the cache ----------------------------------------------------------------------------------
+
+
+@needs_data
+def test_download_into_empty_cache(tmp_path, monkeypatch, no_env):
+    net = Network("ok")
+    monkeypatch.setattr(data, "_fetch", net)
+    folder = download_multi30k(tmp_path)
+    assert folder == tmp_path / "multi30k"
+    assert sorted(p.name for p in folder.iterdir()) == sorted(MULTI30K_FILES)
+    assert all(data._sha256(folder / n) == digest for n, digest in MULTI30K_FILES.items())
+    assert len(net.calls) == len(MULTI30K_FILES)
+
+
+@needs_data
+def test_verified_cache_is_not_fetched_again(tmp_path, monkeypatch, no_env):
+    shutil.copytree(SHARED, tmp_path / "multi30k")
+    net = Network("down")
+    monkeypatch.setattr(data, "_fetch", net)
+    assert download_multi30k(tmp_path) == tmp_path / "multi30k"
+    assert net.calls == []
+
+
+@needs_data
+def test_default_root_is_the_user_cache(tmp_path, monkeypatch, no_env):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setattr(data, "_fetch", Network("ok"))
+    assert download_multi30k() == tmp_path / ".cache" / "transformer_book" / "multi30k"
+
+
+@needs_data
+def test_corrupt_cached_copy_is_refetched(tmp_path, monkeypatch, no_env):
+    shutil.copytree(SHARED, tmp_path / "multi30k")
+    damaged = tmp_path / "multi30k" / "val.de.gz"
+    damaged.write_bytes(damaged.read_bytes()[:500])  # a download that stopped half way
+    net = Network("ok")
+    monkeypatch.setattr(data, "_fetch", net)
+    download_multi30k(tmp_path)
+    assert net.calls == [f"{MULTI30K_URL}/val.de.gz"]
+    assert damaged.read_bytes() == (SHARED / "val.de.gz").read_bytes()
+    assert _parts(tmp_path / "multi30k") == []
+
+
+@needs_data
+def test_corrupt_download_is_retried_once(tmp_path, monkeypatch, no_env):
+    shutil.copytree(SHARED, tmp_path / "multi30k")
+    (tmp_path / "multi30k" / "test_2016_flickr.en.gz").unlink()
+    net = Network("garbage", "ok")
+    monkeypatch.setattr(data, "_fetch", net)
+    download_multi30k(tmp_path)
+    assert len(net.calls) == 2
+    assert data._sha256(tmp_path / "multi30k" / "test_2016_flickr.en.gz") == MULTI30K_FILES["test_2016_flickr.en.gz"]
+
+
+@needs_data
+def test_corrupt_download_twice_raises_and_keeps_nothing(tmp_path, monkeypatch, no_env):
+    shutil.copytree(SHARED, tmp_path / "multi30k")
+    (tmp_path / "multi30k" / "val.en.gz").unlink()
+    net = Network("garbage")
+    monkeypatch.setattr(data, "_fetch", net)
+    with pytest.raises(DataError, match=r"Downloaded val\.en\.gz .* 2 times and its sha256 was"):
+        download_multi30k(tmp_path)
+    assert len(net.calls) == data.DOWNLOAD_ATTEMPTS == 2
+    assert not (tmp_path / "multi30k" / "val.en.gz").exists()
+    assert _parts(tmp_path / "multi30k") == []
+
+
+def test_no_network_and_no_copy_says_what_to_do(tmp_path, monkeypatch, no_env):
+    net = Network("down")
+    monkeypatch.setattr(data, "_fetch", net)
+    with pytest.raises(DataError, match=r"Could not download train\.de\.gz .*set the environment variable TRANSFORMER_BOOK_DATA=DIR"):
+        download_multi30k(tmp_path)
+    assert len(net.calls) == 1
+    assert _parts(tmp_path / "multi30k") == []
+
+
+def test_fetch_is_the_only_network_access(tmp_path, monkeypatch, no_env):
+    """With urlopen itself failing, the error is still a DataError naming the file."""
+
+    def refuse(*args, **kwargs):
+        raise urllib.error.URLError("refused")
+
+    monkeypatch.setattr(data.urllib.request, "urlopen", refuse)
+    with pytest.raises(DataError, match=r"train\.de\.gz"):
+        download_multi30k(tmp_path)
+
+
+# --- loading ------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def shared_env(monkeypatch):
+    monkeypatch.setenv(DATA_ENV, str(SHARED_ROOT))
+
+
+@needs_data
+@pytest.mark.parametrize(("split", "size"), [("train", 29000), ("val", 1014), ("test2016", 1000)])
+def test_load_sizes(split, size, shared_env):
+    pairs = load_multi30k(split)
+    assert len(pairs) == size
+    assert all(isinstance(de, str) and isinstance(en, str) and de and en for de, en in pairs)
+    assert all(s == s.strip() for pair in pairs for s in pair)
+
+
+@needs_data
+def test_load_first_pair_and_direction(shared_env):
+    de, en = load_multi30k("test2016")[0]
+    assert de.startswith("Ein Mann mit einem orangefarbenen Hut")
+    assert en.startswith("A man in an orange hat")
+    assert load_multi30k("test2016", "en", "de")[0] == (en, de)
+    with gzip.open(SHARED / f"{SPLITS['val']}.de.gz", "rt", encoding="utf-8") as f:
+        assert load_multi30k("val")[5][0] == f.read().split("\n")[5].strip()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"split": "test"}, r"split must be one of \['train', 'val', 'test2016'\]; got 'test'"),
+        ({"split": "train", "src_lang": "fr"}, r"src_lang must be one of \['de', 'en'\]; got 'fr'"),
+        ({"split": "train", "tgt_lang": "EN"}, r"tgt_lang must be one of"),
+        ({"split": "train", "src_lang": "en", "tgt_lang": "en"}, r"must differ; both are 'en'"),
+    ],
+)
+def test_load_bad_arguments(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        load_multi30k(**kwargs)
+
+
+# --- normal form and tokenizer --------------------------------------------------------------------------
+
+
+def test_whitespace_list_is_pythons():
+    matched = {chr(c) for c in range(0x110000) if data._WHITESPACE_RE.fullmatch(chr(c))}
+    assert matched == {chr(c) for c in range(0x110000) if chr(c).isspace()}
+
+
+def test_tokenizer_normalizer_agrees_on_every_whitespace(small_tokenizer):
+    for c in range(0x110000):
+        if chr(c).isspace():
+            text = f" a{chr(c)}{chr(c)}b{chr(c)}"
+            assert small_tokenizer.normalizer.normalize_str(text) == normalize(text) == "a b", hex(c)
+
+
+def test_normalize():
+    assert normalize("  Ein\tMann\xa0 läuft\u2028②.\n") == "Ein Mann läuft 2."
+    assert normalize("") == ""
+    with pytest.raises(TypeError, match="sentence must be a str; got int"):
+        normalize(3)
+
+
+@pytest.fixture(scope="module")
+def small_tokenizer():
+    if all((SHARED / name).is_file() for name in MULTI30K_FILES):
+        with gzip.open(SHARED / "train.de.gz", "rt", encoding="utf-8") as f_de, gzip.open(
+            SHARED / "train.en.gz", "rt", encoding="utf-8"
+        ) as f_en:
+            corpus = f_de.read().split("\n")[:1500] + f_en.read().split("\n")[:1500]
+    else:
+        corpus = []
+    corpus += [s for pair in SAMPLE for s in pair]
+    return train_tokenizer(corpus, vocab_size=600)
+
+
+def test_special_ids(small_tokenizer):
+    assert SPECIAL_TOKENS == ["<pad>", "<s>", "</s>", "<unk>"]
+    assert (PAD_ID, BOS_ID, EOS_ID, UNK_ID) == (0, 1, 2, 3)
+    assert [small_tokenizer.token_to_id(t) for t in SPECIAL_TOKENS] == [0, 1, 2, 3]
+    assert small_tokenizer.get_vocab_size() == 600
+    assert all(i not in (PAD_ID, BOS_ID, EOS_ID) for de, en in SAMPLE for i in encode(small_tokenizer, de + en))
+
+
+def test_round_trip_on_sample(small_tokenizer):
+    for pair in SAMPLE:
+        for sentence in pair:
+            ids = encode(small_tokenizer, sentence)
+            assert UNK_ID not in ids
+            assert decode(small_tokenizer, ids) == normalize(sentence)
+            assert decode(small_tokenizer, torch.tensor([BOS_ID, *ids, EOS_ID, PAD_ID])) == normalize(sentence)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.text(alphabet=st.sampled_from("Ein Mann\t\xa0 läuft, hat einen Hund.\u2003!?-"), max_size=40))
+def test_round_trip_property(small_tokenizer, text):
+    assert small_tokenizer.normalizer.normalize_str(text) == normalize(text)
+    assert decode(small_tokenizer, encode(small_tokenizer, text)) == normalize(text)
+
+
+def test_unseen_character_becomes_unk(small_tokenizer):
+    assert UNK_ID in encode(small_tokenizer, "Ein Mann mit 🎸.")
+    assert decode(small_tokenizer, encode(small_tokenizer, "Ein Mann mit 🎸.")) == "Ein Mann mit ."
+
+
+def test_tokenizer_bad_input(small_tokenizer):
+    with pytest.raises(ValueError, match="vocab_size must be an int > 4; got 4"):
+        train_tokenizer(["a b"], vocab_size=4)
+    with pytest.raises(ValueError, match="sentences must be a non-empty iterable of str"):
+        train_tokenizer([], vocab_size=100)
+    with pytest.raises(TypeError, match="sentence must be a str; got list"):
+        encode(small_tokenizer, ["Ein", "Mann"])
+    with pytest.raises(ValueError, match=r"ids must be a 1-D tensor \(T,\); got shape \(1, 2\)"):
+        decode(small_tokenizer, torch.tensor([[5, 6]]))
+
+
+def test_training_is_deterministic():
+    corpus = [s for pair in SAMPLE for s in pair] * 3
+    assert train_tokenizer(corpus, 120).to_str() == train_tokenizer(corpus, 120).to_str()
+
+
+def test_save_and_load(small_tokenizer, tmp_path):
+    path = save_tokenizer(small_tokenizer, tmp_path / "sub" / "tok.json")
+    assert path.is_file() and not path.with_name("tok.json.part").exists()
+    loaded = load_tokenizer(path)
+    for de, en in SAMPLE:
+        assert encode(loaded, de) == encode(small_tokenizer, de)
+        assert decode(loaded, encode(loaded, en)) == normalize(en)
+
+
+def test_load_missing_and_malformed(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"no tokenizer file at .*nope\.json; train one"):
+        load_tokenizer(tmp_path / "nope.json")
+    (tmp_path / "bad.json").write_text("{not json")
+    with pytest.raises(ValueError, match=r"bad\.json is not a tokenizer JSON file"):
+        load_tokenizer(tmp_path / "bad.json")
+
+
+def test_load_rejects_other_special_ids(tmp_path):
+    from tokenizers import Tokenizer, models
+
+    other = Tokenizer(models.WordLevel({"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3}, unk_token="<unk>"))
+    other.save(str(tmp_path / "other.json"))
+    with pytest.raises(ValueError, match=r"special token '<pad>' has id 1, but this book fixes it at 0"):
+        load_tokenizer(tmp_path / "other.json")
+
+
+# --- pairs to examples ------------------------------------------------------------------------------------
+
+
+def test_encode_pairs_layout(small_tokenizer):
+    examples = encode_pairs(SAMPLE, small_tokenizer)
+    assert len(examples) == len(SAMPLE)
+    for (src, tgt), (de, en) in zip(examples, SAMPLE):
+        assert src == encode(small_tokenizer, de) + [EOS_ID]
+        assert tgt == [BOS_ID] + encode(small_tokenizer, en) + [EOS_ID]
+    assert encode_pairs([("", "")], small_tokenizer) == [([EOS_ID], [BOS_ID, EOS_ID])]
+
+
+def test_encode_pairs_drops_long_pairs(small_tokenizer):
+    examples = encode_pairs(SAMPLE, small_tokenizer)
+    limit = sorted(max(len(s), len(t) - 1) for s, t in examples)[2]
+    kept = encode_pairs(SAMPLE, small_tokenizer, max_len=limit)
+    assert kept == [e for e in examples if max(len(e[0]), len(e[1]) - 1) <= limit]
+    assert 0 < len(kept) < len(examples)
+
+
+def test_encode_pairs_bad_input(small_tokenizer):
+    with pytest.raises(ValueError, match="max_len must be None or an int >= 2; got 1"):
+        encode_pairs(SAMPLE, small_tokenizer, max_len=1)
+    with pytest.raises(TypeError, match=r"pairs\[1\] must be a \(source, target\) pair of str"):
+        encode_pairs([("a", "b"), ("only one",)], small_tokenizer)
+
+
+# --- batches ------------------------------------------------------------------------------------------------
+
+
+def _synthetic(n: int, seed: int = 0) -> list[tuple[list[int], list[int]]]:
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(n):
+        ls = int(torch.randint(1, 40, (1,), generator=g))
+        lt = max(1, ls + int(torch.randint(-3, 4, (1,), generator=g)))  # translations have similar lengths
+        out.append((list(range(4, 4 + ls)) + [EOS_ID], [BOS_ID] + list(range(4, 4 + lt)) + [EOS_ID]))
+    return out
+
+
+def _rows(batches) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+    """(source ids, target ids to predict) of every row of every batch, padding removed, in batch order."""
+    return [
+        (tuple(s[s != PAD_ID].tolist()), tuple(t[t != PAD_ID].tolist()))
+        for b in batches
+        for s, t in zip(b.src, b.tgt_out)
+    ]
+
+
+def test_batches_deterministic_and_epoch_dependent():
+    examples = _synthetic(600)
+    a = batch_by_tokens(examples, 500, seed=3, epoch=2, pool_size=128)
+    b = batch_by_tokens(examples, 500, seed=3, epoch=2, pool_size=128)
+    assert _rows(a) == _rows(b)
+    assert all(torch.equal(x.tgt_mask, y.tgt_mask) for x, y in zip(a, b))
+    assert _rows(batch_by_tokens(examples, 500, seed=3, epoch=3, pool_size=128)) != _rows(a)
+    assert _rows(batch_by_tokens(examples, 500, seed=4, epoch=2, pool_size=128)) != _rows(a)
+
+
+def test_batches_cover_every_example_once_and_shift_targets():
+    examples = _synthetic(300)
+    batches = batch_by_tokens(examples, 400)
+    expected = sorted((tuple(s), tuple(t[1:])) for s, t in examples)
+    assert sorted(_rows(batches)) == expected
+    for b in batches:
+        assert torch.all(b.tgt_in[:, 0] == BOS_ID)
+        assert b.num_tokens == int((b.tgt_out != PAD_ID).sum())
+
+
+def test_unshuffled_batches_come_in_length_order():
+    examples = _synthetic(300)
+    widths = [max(b.src.size(1), b.tgt_in.size(1)) for b in batch_by_tokens(examples, 400, shuffle=False)]
+    assert widths == sorted(widths)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    sizes=st.lists(st.integers(1, 30), min_size=1, max_size=200),
+    max_tokens=st.integers(30, 300),
+    pool_size=st.integers(1, 64),
+    shuffle=st.booleans(),
+)
+def test_token_buckets_budget_and_partition(sizes, max_tokens, pool_size, shuffle):
+    groups = token_buckets(sizes, max_tokens, shuffle=shuffle, seed=1, epoch=0, pool_size=pool_size)
+    assert sorted(i for g in groups for i in g) == list(range(len(sizes)))
+    assert all(g and len(g) * max(sizes[i] for i in g) <= max_tokens for g in groups)
+
+
+def test_batch_budget_respected_in_tensors():
+    examples = _synthetic(400)
+    for b in batch_by_tokens(examples, 350, pool_size=64):
+        assert b.src.size(0) * max(b.src.size(1), b.tgt_in.size(1)) <= 350
+
+
+def test_bucketing_wastes_less_padding():
+    examples = _synthetic(1000)
+    bucketed = padding_efficiency(batch_by_tokens(examples, 800, pool_size=1000))
+    random = padding_efficiency(batch_by_tokens(examples, 800, pool_size=1))
+    assert bucketed > 0.9 > random
+
+
+def test_batching_bad_input():
+    examples = _synthetic(10)
+    with pytest.raises(ValueError, match="max_tokens must be a positive int; got 0"):
+        batch_by_tokens(examples, 0)
+    with pytest.raises(ValueError, match=r"max_tokens=5 is smaller than the longest example \(\d+ positions\)"):
+        batch_by_tokens(examples, 5)
+    with pytest.raises(ValueError, match="pool_size must be a positive int; got 0"):
+        batch_by_tokens(examples, 500, pool_size=0)
+    with pytest.raises(ValueError, match="there are no examples to batch"):
+        batch_by_tokens([], 500)
+    with pytest.raises(ValueError, match=r"examples\[1\] needs >= 1 source id and >= 2 target ids"):
+        batch_by_tokens([([5, EOS_ID], [BOS_ID, EOS_ID]), ([5], [BOS_ID])], 500)
+    with pytest.raises(ValueError, match="batches is empty"):
+        padding_efficiency([])

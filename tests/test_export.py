@@ -1,0 +1,140 @@
+"""The notebooks are the source: src/transformer_book/ must be exactly what they export, and every
+chapter must be stored ready to read and to run (Colab cell first, ids on every cell, outputs stored).
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from pathlib import Path
+
+import nbformat
+import pytest
+from IPython.core.inputtransformer2 import TransformerManager
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_ROOT / "tools"))
+import export  # noqa: E402  (tools/export.py)
+
+NOTEBOOKS = sorted((REPO_ROOT / "chapters").glob("*.ipynb"))
+NB_IDS = [nb.name for nb in NOTEBOOKS]
+VERSION = export.read_version(REPO_ROOT / "pyproject.toml")
+COLAB_CELL = f"""\
+# On Colab, install this book's package (pinned to the book's version); elsewhere this does nothing.
+import sys
+
+if "google.colab" in sys.modules:
+    %pip install -q transformer-book=={VERSION}"""
+
+
+def _read(path: Path) -> nbformat.NotebookNode:
+    return nbformat.read(path, as_version=nbformat.NO_CONVERT)
+
+
+def _code_cells(nb) -> list:
+    return [cell for cell in nb.cells if cell.cell_type == "code"]
+
+
+def _first_different_line(a: bytes, b: bytes) -> int:
+    lines_a, lines_b = a.splitlines(keepends=True), b.splitlines(keepends=True)
+    for number, (line_a, line_b) in enumerate(zip(lines_a, lines_b, strict=False), start=1):
+        if line_a != line_b:
+            return number
+    return min(len(lines_a), len(lines_b)) + 1
+
+
+def test_src_is_exactly_what_the_notebooks_export(tmp_path):
+    generated = export.build_package(REPO_ROOT, tmp_path)
+    expected = export.package_files(generated)
+    actual = export.package_files(REPO_ROOT / export.PACKAGE_DIR)
+    problems = []
+    for rel in sorted(expected.keys() | actual.keys()):
+        path = export.PACKAGE_DIR / rel
+        if rel not in actual:
+            problems.append(f"{path}: missing (a chapter exports it)")
+        elif rel not in expected:
+            origin = "generated earlier" if actual[rel].startswith(export.GENERATED_HEADER) else "not generated"
+            problems.append(f"{path}: no chapter exports this file ({origin})")
+        elif actual[rel] != expected[rel]:
+            line = _first_different_line(actual[rel], expected[rel])
+            problems.append(f"{path}: differs from the export of the notebooks (first difference at line {line})")
+    assert not problems, (
+        "src/transformer_book/ is out of sync with chapters/ (edit the notebook, then run `make export`; "
+        "never edit src/ by hand):\n  " + "\n  ".join(problems)
+    )
+
+
+def test_export_is_deterministic(tmp_path):
+    first = export.package_files(export.build_package(REPO_ROOT, tmp_path / "a"))
+    second = export.package_files(export.build_package(REPO_ROOT, tmp_path / "b"))
+    assert first == second
+
+
+def test_init_lists_only_existing_modules(tmp_path):
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "recurrent.py").write_text("__all__ = ['RNNCell', 'LSTMCell', 'helper']\n", encoding="utf-8")
+    init = export.render_init(package, "9.9.9")
+    assert '__version__ = "9.9.9"' in init
+    assert "from .recurrent import LSTMCell, RNNCell" in init
+    assert "attention" not in init
+    (package / "attention.py").write_text("__all__ = ['something_else']\n", encoding="utf-8")
+    with pytest.raises(export.ExportError, match="does not export scaled_dot_product_attention"):
+        export.render_init(package, "9.9.9")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=NB_IDS)
+def test_first_code_cell_is_the_pinned_colab_install(path):
+    cells = _code_cells(_read(path))
+    assert cells, f"{path.name}: no code cells"
+    assert cells[0].source.strip() == COLAB_CELL, (
+        f"{path.name}: the first code cell must be exactly\n{COLAB_CELL}\n(CONVENTIONS.md item 2; the version "
+        f"is pyproject's, {VERSION}); it is\n{cells[0].source}"
+    )
+
+
+class _FakeIPython:
+    def __init__(self):
+        self.calls = []
+
+    def run_line_magic(self, name, line):
+        self.calls.append((name, line))
+
+
+def _run_cell(source: str, on_colab: bool) -> list:
+    code = TransformerManager().transform_cell(source)
+    shell = _FakeIPython()
+    saved = sys.modules.get("google.colab")
+    if on_colab:
+        sys.modules["google.colab"] = types.ModuleType("google.colab")
+    else:
+        sys.modules.pop("google.colab", None)
+    try:
+        exec(compile(code, "<colab cell>", "exec"), {"get_ipython": lambda: shell})
+    finally:
+        sys.modules.pop("google.colab", None)
+        if saved is not None:
+            sys.modules["google.colab"] = saved
+    return shell.calls
+
+
+def test_colab_cell_does_nothing_outside_colab():
+    assert _run_cell(COLAB_CELL, on_colab=False) == []
+    assert _run_cell(COLAB_CELL, on_colab=True) == [("pip", f"install -q transformer-book=={VERSION}")]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=NB_IDS)
+def test_cells_have_ids_and_code_was_run_in_order(path):
+    nb = _read(path)
+    nbformat.validate(nb)
+    assert (nb.nbformat, nb.nbformat_minor) >= (4, 5), f"{path.name}: nbformat {nb.nbformat}.{nb.nbformat_minor} has no cell ids"
+    missing = [i for i, cell in enumerate(nb.cells) if not cell.get("id")]
+    assert not missing, f"{path.name}: cells without an id: {missing}"
+    counts = [cell.execution_count for cell in _code_cells(nb) if cell.source.strip()]
+    not_run = [i for i, cell in enumerate(nb.cells)
+               if cell.cell_type == "code" and cell.source.strip() and cell.execution_count is None]
+    assert not not_run, f"{path.name}: code cells never executed (run `make execute NB=chapters/{path.name}`): {not_run}"
+    assert counts == sorted(counts) and len(set(counts)) == len(counts), (
+        f"{path.name}: cells were not run top to bottom in one session (execution counts {counts}); "
+        f"run `make execute NB=chapters/{path.name}`"
+    )

@@ -1,0 +1,344 @@
+"""Tests of transformer_book.model (chapter 6): equivalence with PyTorch, properties, bad inputs."""
+
+import math
+import warnings
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch import nn
+from torch.testing import assert_close
+
+from transformer_book.model import (
+    LAYER_NORM_EPS,
+    FeedForward,
+    LayerNorm,
+    Transformer,
+    TransformerConfig,
+    to_torch_transformer,
+)
+
+PAD_ID = 0
+SMALL = dict(src_vocab_size=40, tgt_vocab_size=40, d_model=16, num_heads=4, num_encoder_layers=2,
+             num_decoder_layers=2, d_ff=32, max_len=32)
+
+
+def small_model(**overrides) -> Transformer:
+    return Transformer(TransformerConfig(**{**SMALL, **overrides}))
+
+
+def random_tokens(batch: int, length: int, vocab: int, lengths: list[int] | None = None) -> torch.Tensor:
+    """Token ids in 1..vocab-1, right-padded with PAD_ID after lengths[i] tokens."""
+    tokens = torch.randint(1, vocab, (batch, length))
+    if lengths is not None:
+        tokens[torch.arange(length) >= torch.tensor(lengths)[:, None]] = PAD_ID
+    return tokens
+
+
+# ---------------------------------------------------------------- LayerNorm and FeedForward
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("shape", [(7,), (3, 7), (2, 5, 7)])
+def test_layer_norm_matches_torch(dtype, shape):
+    torch.manual_seed(0)
+    ours, reference = LayerNorm(shape[-1]).to(dtype), nn.LayerNorm(shape[-1]).to(dtype)
+    with torch.no_grad():
+        ours.weight.normal_()
+        ours.bias.normal_()
+    reference.load_state_dict(ours.state_dict())
+    x = (4.0 + 3.0 * torch.randn(shape)).to(dtype)
+    assert_close(ours(x), reference(x))
+    assert ours.eps == reference.eps == LAYER_NORM_EPS
+
+
+def test_layer_norm_gradients_match_torch():
+    torch.manual_seed(0)
+    ours, reference = LayerNorm(6).double(), nn.LayerNorm(6).double()
+    x = torch.randn(4, 6, dtype=torch.float64, requires_grad=True)
+    x_ref = x.detach().clone().requires_grad_(True)
+    (ours(x) ** 3).sum().backward()
+    (reference(x_ref) ** 3).sum().backward()
+    assert_close(x.grad, x_ref.grad)
+    assert_close(ours.weight.grad, reference.weight.grad)
+
+
+def test_feed_forward_is_position_wise():
+    torch.manual_seed(0)
+    ffn = FeedForward(8, 16, dropout=0.0)
+    x = torch.randn(2, 5, 8)
+    changed = x.clone()
+    changed[:, 2] += 1.0
+    moved = (ffn(changed) - ffn(x)).abs().amax(dim=(0, 2))
+    assert moved[2] > 0
+    assert torch.all(moved[[0, 1, 3, 4]] == 0)
+
+
+# ---------------------------------------------------------------- equivalence with torch.nn.Transformer
+
+
+def compare_with_torch(norm_first: bool, src: torch.Tensor, tgt_in: torch.Tensor) -> None:
+    """Our model and to_torch_transformer(our model) must agree in float64, eval mode."""
+    torch.manual_seed(1)
+    ours = small_model(norm_first=norm_first, num_encoder_layers=3).double().eval()
+    theirs = to_torch_transformer(ours).eval()
+    assert isinstance(theirs, nn.Transformer) and theirs.batch_first
+    length = tgt_in.size(1)
+    causal = torch.ones(length, length, dtype=torch.bool).tril()
+    src_mask = (src != PAD_ID)[:, None, None, :]
+    tgt_mask = (tgt_in != PAD_ID)[:, None, None, :] & causal
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # PyTorch's nested-tensor prototype notice
+        x_src, x_tgt = ours.embed(src, ours.src_embed), ours.embed(tgt_in, ours.tgt_embed)
+        memory = ours.encoder(x_src, src_mask)
+        memory_ref = theirs.encoder(x_src, src_key_padding_mask=src == PAD_ID)
+        out = ours.decoder(x_tgt, memory, src_mask, tgt_mask)
+        out_ref = theirs(
+            x_src, x_tgt, src_key_padding_mask=src == PAD_ID, tgt_mask=~causal,
+            tgt_key_padding_mask=tgt_in == PAD_ID, memory_key_padding_mask=src == PAD_ID,
+        )
+        logits = ours(src, tgt_in, src_mask, tgt_mask)
+    real = src != PAD_ID  # PyTorch's inference fast path may write zeros at padded memory positions
+    assert_close(memory[real], memory_ref[real], rtol=0, atol=1e-12)
+    assert_close(out, out_ref, rtol=0, atol=1e-12)
+    assert_close(logits, ours.generator(out_ref), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_equivalence_with_torch_transformer_padded(norm_first):
+    torch.manual_seed(0)
+    src = random_tokens(4, 9, 40, lengths=[9, 6, 3, 8])
+    tgt_in = random_tokens(4, 7, 40, lengths=[7, 7, 4, 5])
+    compare_with_torch(norm_first, src, tgt_in)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_equivalence_with_torch_transformer_no_padding(norm_first):
+    torch.manual_seed(0)
+    compare_with_torch(norm_first, random_tokens(3, 6, 40), random_tokens(3, 5, 40))
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_torch_copy_has_final_norms_only_for_pre_norm(norm_first):
+    theirs = to_torch_transformer(small_model(norm_first=norm_first))
+    expected = nn.LayerNorm if norm_first else nn.Identity
+    assert isinstance(theirs.encoder.norm, expected) and isinstance(theirs.decoder.norm, expected)
+
+
+def test_equivalence_fails_when_weights_differ():
+    """The comparison can fail: perturb one weight of the copy and the outputs part."""
+    torch.manual_seed(0)
+    ours = small_model().double().eval()
+    theirs = to_torch_transformer(ours).eval()
+    with torch.no_grad():
+        theirs.decoder.layers[1].linear2.weight[0, 0] += 1e-3
+    x_src = torch.randn(2, 5, 16, dtype=torch.float64)
+    x_tgt = torch.randn(2, 4, 16, dtype=torch.float64)
+    causal = torch.ones(4, 4, dtype=torch.bool).tril()
+    with torch.no_grad():
+        out = ours.decoder(x_tgt, ours.encoder(x_src), None, causal)
+        out_ref = theirs(x_src, x_tgt, tgt_mask=~causal)
+    with pytest.raises(AssertionError):
+        assert_close(out, out_ref, rtol=0, atol=1e-12)
+
+
+# ---------------------------------------------------------------- properties over shapes and masks
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    batch=st.integers(1, 3),
+    src_len=st.integers(1, 7),
+    tgt_len=st.integers(1, 7),
+    heads_and_width=st.sampled_from([(1, 8), (2, 8), (4, 16), (2, 12)]),
+    tie=st.booleans(),
+    norm_first=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_logits_shape_and_padding_invariance(batch, src_len, tgt_len, heads_and_width, tie, norm_first, seed):
+    num_heads, d_model = heads_and_width
+    torch.manual_seed(seed)
+    tgt_vocab = 40 if tie else 23
+    model = small_model(d_model=d_model, num_heads=num_heads, d_ff=2 * d_model, tie_embeddings=tie,
+                        tgt_vocab_size=tgt_vocab, norm_first=norm_first).eval()
+    lengths = torch.randint(1, src_len + 1, (batch,)).tolist()
+    src = random_tokens(batch, src_len, 40, lengths)
+    tgt_in = random_tokens(batch, tgt_len, tgt_vocab)
+    with torch.no_grad():
+        logits = model(src, tgt_in)
+        # More padding on the right of the source changes nothing for any target position.
+        longer = torch.cat([src, torch.full((batch, 3), PAD_ID)], dim=1)
+        logits_longer = model(longer, tgt_in)
+    assert logits.shape == (batch, tgt_len, tgt_vocab)
+    assert torch.isfinite(logits).all()
+    assert_close(logits_longer, logits, atol=1e-5, rtol=1e-5)
+
+
+@settings(max_examples=25, deadline=None)
+@given(tgt_len=st.integers(2, 8), norm_first=st.booleans(), seed=st.integers(0, 2**16))
+def test_decoder_is_causal(tgt_len, norm_first, seed):
+    torch.manual_seed(seed)
+    model = small_model(norm_first=norm_first).eval()
+    t = int(torch.randint(0, tgt_len - 1, ()))
+    src = random_tokens(2, 5, 40)
+    tgt_in = random_tokens(2, tgt_len, 40)
+    changed = tgt_in.clone()
+    changed[:, t + 1 :] = random_tokens(2, tgt_len - t - 1, 40)
+    with torch.no_grad():
+        a, b = model(src, tgt_in), model(src, changed)
+    assert torch.equal(a[:, : t + 1], b[:, : t + 1])
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_cached_decoding_matches_full_pass(norm_first):
+    torch.manual_seed(0)
+    model = small_model(norm_first=norm_first).eval()
+    src = random_tokens(3, 6, 40, lengths=[6, 4, 2])
+    tgt_in = random_tokens(3, 5, 40)
+    with torch.no_grad():
+        memory = model.encode(src)
+        src_mask = (src != PAD_ID)[:, None, None, :]
+        full = model.decode(tgt_in, memory, src_mask)
+        cache = model.new_cache()
+        steps = [model.decode(tgt_in[:, i : i + 1], memory, src_mask, cache=cache) for i in range(5)]
+    assert len(cache) == 2 and len(cache[0].self_attn) == 5
+    assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
+
+
+# ---------------------------------------------------------------- initialisation, tying, parameter names
+
+
+def test_tied_embeddings_share_one_tensor_and_untied_do_not():
+    tied, untied = small_model(), small_model(tie_embeddings=False, tgt_vocab_size=30)
+    assert tied.generator.weight is tied.src_embed.weight is tied.tgt_embed.weight
+    assert untied.generator.weight is not untied.tgt_embed.weight
+    assert untied.src_embed.weight is not untied.tgt_embed.weight
+    assert untied.generator.weight.shape == (30, 16)
+
+
+def test_initialisation_scales():
+    torch.manual_seed(0)
+    model = Transformer(TransformerConfig(2000, 2000, d_model=64, num_heads=4, num_encoder_layers=1,
+                                          num_decoder_layers=1, d_ff=128))
+    # Embedding std d_model^-0.5, so that after the sqrt(d_model) scale the embeddings have unit variance.
+    assert abs(model.src_embed.weight.std().item() * math.sqrt(64) - 1) < 0.02
+    # Xavier uniform: bound sqrt(6 / (fan_in + fan_out)).
+    weight = model.encoder.layers[0].feed_forward.linear1.weight  # (128, 64)
+    bound = math.sqrt(6 / (64 + 128))
+    assert weight.abs().max() <= bound and weight.abs().max() > 0.95 * bound
+
+
+def test_parameter_names_are_stable():
+    """Checkpoints of the long training run depend on these names."""
+    keys = set(small_model().state_dict())
+    for key in (
+        "src_embed.weight", "tgt_embed.weight", "generator.weight",
+        "encoder.layers.0.self_attn.q_proj.weight", "encoder.layers.1.feed_forward.linear2.bias",
+        "encoder.layers.0.norm2.weight", "decoder.layers.1.cross_attn.out_proj.weight",
+        "decoder.layers.0.self_attn.v_proj.bias", "decoder.layers.0.norm3.bias",
+    ):
+        assert key in keys, key
+    assert not any("positional" in k for k in keys), "the positional encoding is not saved"
+    pre_norm_keys = set(small_model(norm_first=True).state_dict())
+    assert pre_norm_keys - keys == {"encoder.norm.weight", "encoder.norm.bias", "decoder.norm.weight",
+                                    "decoder.norm.bias"}
+
+
+def test_base_model_parameter_count():
+    with torch.device("meta"):
+        base = Transformer(TransformerConfig(37000, 37000))
+    assert sum(p.numel() for p in base.parameters()) == 63_082_496
+
+
+# ---------------------------------------------------------------- bad configurations
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"num_heads": 6}, r"d_model \(512\) must be divisible by num_heads \(6\)"),
+        ({"d_model": 30, "num_heads": 4}, r"d_model \(30\) must be divisible by num_heads \(4\)"),
+        ({"d_model": 15, "num_heads": 5}, r"d_model must be even"),
+        ({"tgt_vocab_size": 100}, r"src_vocab_size \(37000\) must equal tgt_vocab_size \(100\)"),
+        ({"d_model": 0}, r"d_model must be a positive integer; got 0"),
+        ({"num_heads": 0}, r"num_heads must be a positive integer; got 0"),
+        ({"num_heads": -8}, r"num_heads must be a positive integer; got -8"),
+        ({"num_encoder_layers": 0}, r"num_encoder_layers must be a positive integer; got 0"),
+        ({"num_decoder_layers": -1}, r"num_decoder_layers must be a positive integer; got -1"),
+        ({"d_ff": 0}, r"d_ff must be a positive integer; got 0"),
+        ({"max_len": 0}, r"max_len must be a positive integer; got 0"),
+        ({"src_vocab_size": 0, "tgt_vocab_size": 0}, r"src_vocab_size must be a positive integer; got 0"),
+        ({"dropout": 1.0}, r"dropout must be in \[0, 1\); got 1.0"),
+        ({"dropout": -0.1}, r"dropout must be in \[0, 1\); got -0.1"),
+        ({"pad_id": 37000}, r"pad_id \(37000\) must be a token id in both vocabularies"),
+        ({"pad_id": -1}, r"pad_id \(-1\) must be a token id"),
+    ],
+)
+def test_bad_config_is_refused_with_a_clear_message(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        TransformerConfig(**{"src_vocab_size": 37000, "tgt_vocab_size": 37000, **overrides})
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"d_model": 512.0}, r"d_model must be an int; got 512.0 of type float"),
+        ({"num_heads": True}, r"num_heads must be an int"),
+        ({"dropout": "0.1"}, r"dropout must be a float; got '0.1'"),
+    ],
+)
+def test_config_with_wrong_types_is_refused(overrides, message):
+    with pytest.raises(TypeError, match=message):
+        TransformerConfig(**{"src_vocab_size": 37000, "tgt_vocab_size": 37000, **overrides})
+
+
+def test_untied_model_accepts_different_vocabularies():
+    model = small_model(tie_embeddings=False, tgt_vocab_size=25)
+    logits = model(random_tokens(2, 4, 40), random_tokens(2, 3, 25))
+    assert logits.shape == (2, 3, 25)
+
+
+# ---------------------------------------------------------------- bad inputs
+
+
+@pytest.fixture(scope="module")
+def model() -> Transformer:
+    torch.manual_seed(0)
+    return small_model().eval()
+
+
+@pytest.mark.parametrize(
+    ("src", "error", "message"),
+    [
+        (torch.ones(2, 5), TypeError, r"src must hold integer token ids \(torch.long\); got dtype torch.float32"),
+        (torch.ones(2, 5, dtype=torch.bool), TypeError, r"src must hold integer token ids"),
+        (torch.ones(5, dtype=torch.long), ValueError, r"src must be token ids of shape \(B, T\); got shape \(5,\)"),
+        (torch.ones(2, 5, 1, dtype=torch.long), ValueError, r"src must be token ids of shape \(B, T\)"),
+        (torch.ones(2, 0, dtype=torch.long), ValueError, r"src is empty \(length 0\)"),
+        (torch.ones(1, 33, dtype=torch.long), ValueError, r"max_len=32"),
+    ],
+)
+def test_bad_source_is_refused(model, src, error, message):
+    with pytest.raises(error, match=message):
+        model(src, torch.ones(src.shape[0] if src.dim() else 1, 3, dtype=torch.long))
+
+
+@pytest.mark.parametrize(
+    ("tgt", "error", "message"),
+    [
+        (torch.ones(2, 3), TypeError, r"tgt must hold integer token ids"),
+        (torch.ones(2, 3, 4, dtype=torch.long), ValueError, r"tgt must be token ids of shape \(B, T\)"),
+        (torch.ones(2, 0, dtype=torch.long), ValueError, r"tgt is empty \(length 0\)"),
+        (torch.ones(2, 40, dtype=torch.long), ValueError, r"reaches position 40 .* max_len=32"),
+    ],
+)
+def test_bad_target_is_refused(model, tgt, error, message):
+    with pytest.raises(error, match=message):
+        model(torch.ones(2, 4, dtype=torch.long), tgt)
+
+
+def test_int32_tokens_are_accepted(model):
+    src, tgt = random_tokens(2, 4, 40), random_tokens(2, 3, 40)
+    with torch.no_grad():
+        assert_close(model(src.int(), tgt.int()), model(src, tgt))

@@ -1,0 +1,222 @@
+"""Tests for transformer_book.recurrent (chapter 1): RNN and LSTM cells, the sequence layer, helpers."""
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch import nn
+from torch.testing import assert_close
+
+from transformer_book.recurrent import (
+    LSTMCell,
+    RecurrentLayer,
+    RNNCell,
+    input_gradient_norms,
+    load_torch_weights,
+    make_recall_batch,
+    with_spectral_radius,
+)
+
+CELLS = {"rnn": (RNNCell, nn.RNN, nn.RNNCell), "lstm": (LSTMCell, nn.LSTM, nn.LSTMCell)}
+
+
+def _pair(kind: str, d_in: int, d_hid: int, seed: int = 0):
+    """Our layer and PyTorch's, float64, with the same weights."""
+    ours_cls, torch_cls, _ = CELLS[kind]
+    torch.manual_seed(seed)
+    reference = torch_cls(d_in, d_hid, batch_first=True).double()
+    ours = RecurrentLayer(ours_cls(d_in, d_hid)).double()
+    load_torch_weights(ours.cell, reference)
+    return ours, reference
+
+
+@pytest.mark.parametrize("kind", CELLS)
+def test_output_shapes(kind):
+    layer = RecurrentLayer(CELLS[kind][0](5, 7))
+    outputs, state = layer(torch.randn(3, 4, 5))
+    assert outputs.shape == (3, 4, 7)
+    final_h = state if kind == "rnn" else state[0]
+    assert final_h.shape == (3, 7)
+    assert torch.equal(outputs[:, -1], final_h), "the last output is the final hidden state"
+
+
+@pytest.mark.parametrize("kind", CELLS)
+def test_matches_torch_float64(kind):
+    ours, reference = _pair(kind, 4, 6)
+    x = torch.randn(2, 9, 4, dtype=torch.float64)
+    outputs, state = ours(x)
+    ref_outputs, ref_state = reference(x)
+    assert_close(outputs, ref_outputs)
+    if kind == "rnn":
+        assert_close(state, ref_state[0])
+    else:
+        assert_close(state[0], ref_state[0][0])
+        assert_close(state[1], ref_state[1][0])
+
+
+@pytest.mark.parametrize("kind", CELLS)
+def test_matches_torch_with_initial_state(kind):
+    ours, reference = _pair(kind, 3, 5, seed=1)
+    x = torch.randn(2, 4, 3, dtype=torch.float64)
+    h0 = torch.randn(2, 5, dtype=torch.float64)
+    if kind == "rnn":
+        outputs, _ = ours(x, h0)
+        ref_outputs, _ = reference(x, h0.unsqueeze(0))
+    else:
+        c0 = torch.randn(2, 5, dtype=torch.float64)
+        outputs, _ = ours(x, (h0, c0))
+        ref_outputs, _ = reference(x, (h0.unsqueeze(0), c0.unsqueeze(0)))
+    assert_close(outputs, ref_outputs)
+
+
+@pytest.mark.parametrize("kind", CELLS)
+def test_single_step_matches_torch_cell(kind):
+    ours_cls, _, torch_cell_cls = CELLS[kind]
+    torch.manual_seed(2)
+    reference = torch_cell_cls(3, 4).double()
+    cell = ours_cls(3, 4).double()
+    load_torch_weights(cell, reference)
+    x_t = torch.randn(5, 3, dtype=torch.float64)
+    state = cell.initial_state(5, x_t)
+    if kind == "rnn":
+        assert_close(cell(x_t, state), reference(x_t, state))
+    else:
+        h, c = cell(x_t, state)
+        ref_h, ref_c = reference(x_t, state)
+        assert_close(h, ref_h)
+        assert_close(c, ref_c)
+
+
+@pytest.mark.parametrize("kind", CELLS)
+def test_gradient_reaches_every_input_step(kind):
+    torch.manual_seed(3)
+    layer = RecurrentLayer(CELLS[kind][0](3, 4)).double()
+    x = torch.randn(2, 6, 3, dtype=torch.float64, requires_grad=True)
+    outputs, _ = layer(x)
+    outputs[:, -1].sum().backward()
+    per_step = x.grad.abs().sum(dim=(0, 2))  # (T,)
+    assert torch.all(per_step > 0), f"no gradient reached some steps: {per_step.tolist()}"
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in layer.parameters())
+
+
+def test_wrong_rank_is_rejected():
+    layer = RecurrentLayer(RNNCell(5, 4))
+    with pytest.raises(ValueError, match=r"\(B, T, D_in\).*got shape \(7, 5\).*unsqueeze\(0\)"):
+        layer(torch.randn(7, 5))
+
+
+@pytest.mark.parametrize("kind", CELLS)
+def test_wrong_input_size_is_rejected(kind):
+    layer = RecurrentLayer(CELLS[kind][0](5, 4))
+    with pytest.raises(ValueError, match=r"D_in=3 .*input_size=5.*input_size=3"):
+        layer(torch.randn(2, 6, 3))
+
+
+def test_wrong_hidden_size_is_rejected():
+    rnn = RecurrentLayer(RNNCell(5, 4))
+    with pytest.raises(ValueError, match=r"\(2, 4\), got \(2, 6\).*state=None.*hidden_size=6"):
+        rnn(torch.randn(2, 3, 5), torch.zeros(2, 6))
+    lstm = RecurrentLayer(LSTMCell(5, 4))
+    with pytest.raises(ValueError, match=r"^h must have shape .*\(2, 4\), got \(2, 6\)"):
+        lstm(torch.randn(2, 3, 5), (torch.zeros(2, 6), torch.zeros(2, 4)))
+    with pytest.raises(ValueError, match=r"^c must have shape .*\(2, 4\), got \(2, 3\)"):
+        lstm(torch.randn(2, 3, 5), (torch.zeros(2, 4), torch.zeros(2, 3)))
+
+
+def test_lstm_state_must_be_a_pair():
+    with pytest.raises(ValueError, match=r"tuple \(h, c\), got Tensor"):
+        RecurrentLayer(LSTMCell(5, 4))(torch.randn(2, 3, 5), torch.zeros(2, 4))
+
+
+def test_empty_sequence_and_bad_sizes_are_rejected():
+    with pytest.raises(ValueError, match=r"T=0"):
+        RecurrentLayer(RNNCell(2, 3))(torch.randn(1, 0, 2))
+    with pytest.raises(ValueError, match=r"hidden_size must be a positive int, got 0"):
+        LSTMCell(2, 0)
+    with pytest.raises(ValueError, match=r"x_t must have shape \(B, input_size\) = \(B, 2\), got \(3,\)"):
+        RNNCell(2, 3)(torch.randn(3), torch.zeros(1, 3))
+
+
+def test_load_torch_weights_checks_shapes():
+    with pytest.raises(ValueError, match=r"weight_ih_l0 has shape \(4, 3\), but the cell needs \(4, 5\)"):
+        load_torch_weights(RNNCell(5, 4), nn.RNN(3, 4))
+    with pytest.raises(ValueError, match=r"bias_ih_l0 has shape None"):
+        load_torch_weights(RNNCell(3, 4), nn.RNN(3, 4, bias=False))
+
+
+def test_with_spectral_radius():
+    torch.manual_seed(4)
+    weight = torch.randn(6, 6, dtype=torch.float64)
+    for radius in (0.5, 1.0, 2.5):
+        scaled = with_spectral_radius(weight, radius)
+        assert_close(torch.linalg.eigvals(scaled).abs().max().item(), radius)
+    with pytest.raises(ValueError, match=r"square matrix \(D, D\), got shape \(2, 3\)"):
+        with_spectral_radius(torch.randn(2, 3), 1.0)
+    with pytest.raises(ValueError, match=r"radius must be positive, got 0"):
+        with_spectral_radius(weight, 0)
+
+
+def test_input_gradient_norms_by_distance():
+    torch.manual_seed(5)
+    layer = RecurrentLayer(RNNCell(3, 4)).double()
+    x = torch.randn(2, 5, 3, dtype=torch.float64)
+    readout = torch.randn(4, dtype=torch.float64)
+    norms = input_gradient_norms(layer, x, readout)
+    x_leaf = x.clone().requires_grad_(True)
+    (layer(x_leaf)[0][:, -1] @ readout).sum().backward()
+    expected = x_leaf.grad.norm(dim=(0, 2))  # indexed by t
+    assert norms.shape == (5,)
+    assert_close(norms, expected.flip(0))  # indexed by distance T - t
+    with pytest.raises(ValueError, match=r"readout must have shape \(4,\)"):
+        input_gradient_norms(layer, x, torch.ones(3, dtype=torch.float64))
+
+
+def test_gradient_vanishes_and_explodes_with_spectral_radius():
+    torch.manual_seed(6)
+    x = torch.randn(4, 40, 3, dtype=torch.float64)
+    readout = torch.randn(8, dtype=torch.float64)
+    ratios = {}
+    for radius in (0.5, 3.0):
+        torch.manual_seed(7)
+        cell = RNNCell(3, 8).double()
+        with torch.no_grad():
+            cell.weight_hh.copy_(with_spectral_radius(cell.weight_hh, radius))
+        norms = input_gradient_norms(RecurrentLayer(cell), x, readout)
+        ratios[radius] = (norms[30] / norms[0]).item()
+    assert ratios[0.5] < 1e-4
+    assert ratios[3.0] > 1.0
+
+
+def test_make_recall_batch():
+    tokens, targets = make_recall_batch(8, 5, 11, torch.Generator().manual_seed(0))
+    assert tokens.shape == (8, 6) and targets.shape == (8,)
+    assert tokens.dtype == torch.int64
+    assert torch.equal(targets, tokens[:, 0])
+    assert 0 <= int(tokens.min()) and int(tokens.max()) < 11
+    again, _ = make_recall_batch(8, 5, 11, torch.Generator().manual_seed(0))
+    assert torch.equal(tokens, again), "the same generator seed must give the same batch"
+    with pytest.raises(ValueError, match=r"distance must be a positive int, got 0"):
+        make_recall_batch(8, 0, 11)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    kind=st.sampled_from(sorted(CELLS)),
+    batch_size=st.integers(1, 4),
+    seq_len=st.integers(1, 6),
+    d_in=st.integers(1, 5),
+    d_hid=st.integers(1, 5),
+    seed=st.integers(0, 2**16),
+)
+def test_property_matches_torch_for_any_shape(kind, batch_size, seq_len, d_in, d_hid, seed):
+    ours, reference = _pair(kind, d_in, d_hid, seed=seed)
+    x = torch.randn(batch_size, seq_len, d_in, dtype=torch.float64)
+    outputs, _ = ours(x)
+    ref_outputs, _ = reference(x)
+    assert outputs.shape == (batch_size, seq_len, d_hid)
+    assert_close(outputs, ref_outputs)
+    # Causality: changing the last input step leaves every earlier output unchanged.
+    x_changed = x.clone()
+    x_changed[:, -1] += 1.0
+    changed, _ = ours(x_changed)
+    assert_close(changed[:, :-1], outputs[:, :-1], rtol=0, atol=0)

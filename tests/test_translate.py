@@ -1,0 +1,145 @@
+"""Chapter 10: presets, checkpoints (atomic, resumable), the Translator and the command line."""
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from transformer_book import data
+from transformer_book.model import Transformer
+from transformer_book.translate import (
+    PRESETS,
+    Translator,
+    choose_preset,
+    load_checkpoint,
+    model_config,
+    pick_amp_dtype,
+    save_checkpoint,
+    train,
+)
+
+DATA = os.environ.get("TRANSFORMER_BOOK_DATA")
+needs_data = pytest.mark.skipif(
+    not DATA or not (Path(DATA) / "multi30k").is_dir(),
+    reason="set TRANSFORMER_BOOK_DATA to a folder holding multi30k/ (CI uses ../shared/data)",
+)
+CPU = torch.device("cpu")
+TINY = dataclasses.replace(PRESETS["smoke"], train_subset=160, epochs=2, val_bleu_sentences=8, max_tokens=400)
+
+
+def test_choose_preset_reads_the_environment(monkeypatch):
+    monkeypatch.setenv("TRANSFORMER_BOOK_PRESET", "smoke")
+    assert choose_preset().name == "smoke"
+    monkeypatch.delenv("TRANSFORMER_BOOK_PRESET")
+    assert choose_preset(device=CPU).name == "cpu"
+    assert choose_preset(device=torch.device("cuda")).name == "gpu"
+    with pytest.raises(ValueError, match="unknown preset 'huge'"):
+        choose_preset("huge")
+
+
+def test_amp_dtype_rules():
+    assert pick_amp_dtype(CPU) == torch.bfloat16
+    assert pick_amp_dtype(CPU, "off") is None
+    assert pick_amp_dtype(CPU, "float16") == torch.float16
+
+
+@pytest.fixture()
+def small_checkpoint(tmp_path):
+    torch.manual_seed(0)
+    tokenizer = data.train_tokenizer(["ein hund läuft", "a dog runs"] * 40, vocab_size=60)
+    data.save_tokenizer(tokenizer, tmp_path / "tok.json")
+    model = Transformer(model_config(PRESETS["smoke"], tokenizer.get_vocab_size())).eval()
+    optimizer = torch.optim.Adam(model.parameters())
+    model(torch.tensor([[5, 6, 2]]), torch.tensor([[1, 5]])).sum().backward()
+    optimizer.step()
+    path = save_checkpoint(tmp_path / "ckpt", model, optimizer, {"note": "test"}, tmp_path / "tok.json")
+    return model, path
+
+
+def test_checkpoint_round_trip_gives_identical_logits(small_checkpoint):
+    model, path = small_checkpoint
+    reloaded, info = load_checkpoint(path)
+    src, tgt = torch.tensor([[5, 6, 7, 2]]), torch.tensor([[1, 8, 9]])
+    torch.testing.assert_close(reloaded.eval()(src, tgt), model(src, tgt), rtol=0, atol=0)
+    assert info["note"] == "test" and not (path.parent / "ckpt.tmp").exists()
+
+
+def test_checkpoint_from_another_config_is_refused(small_checkpoint):
+    _, path = small_checkpoint
+    info = json.loads((path / "checkpoint.json").read_text())
+    info["config"]["d_ff"] = 128
+    (path / "checkpoint.json").write_text(json.dumps(info))
+    with pytest.raises(ValueError, match="do not fit the configuration"):
+        load_checkpoint(path)
+
+
+def test_checkpoint_with_another_tokenizer_is_refused(small_checkpoint):
+    _, path = small_checkpoint
+    (path / "tokenizer.json").write_text((path / "tokenizer.json").read_text().replace("hund", "katze"))
+    with pytest.raises(ValueError, match="not the tokenizer this model was trained with"):
+        load_checkpoint(path)
+
+
+def test_missing_checkpoint_says_what_to_pass(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no checkpoint at"):
+        load_checkpoint(tmp_path / "nothing")
+
+
+def test_interrupted_save_falls_back_to_the_old_checkpoint(small_checkpoint):
+    model, path = small_checkpoint
+    path.rename(path.with_name("ckpt.old"))  # as if the process died between the two renames
+    reloaded, _ = load_checkpoint(path)
+    src = torch.tensor([[5, 6, 2]])
+    torch.testing.assert_close(reloaded.eval()(src, src), model(src, src), rtol=0, atol=0)
+
+
+@needs_data
+def test_resume_after_interruption_gives_the_same_final_loss(tmp_path):
+    whole = train(TINY, tmp_path / "whole", device=CPU, progress=False, log=lambda *_: None)
+    steps = whole["train_state"]["step"]
+    assert steps > 6
+    first = train(TINY, tmp_path / "split", device=CPU, progress=False, log=lambda *_: None, max_steps=steps // 2 + 1)
+    assert first["train_state"]["step"] == steps // 2 + 1
+    resumed = train(TINY, tmp_path / "split", device=CPU, progress=False, log=lambda *_: None)
+    assert resumed["train_state"]["step"] == steps
+    assert resumed["train_state"]["losses"] == whole["train_state"]["losses"]  # bit for bit
+
+
+@needs_data
+def test_resume_with_another_preset_is_refused(tmp_path):
+    train(TINY, tmp_path / "run", device=CPU, progress=False, log=lambda *_: None, max_steps=2)
+    other = dataclasses.replace(TINY, dropout=0.2)
+    with pytest.raises(ValueError, match="other settings"):
+        train(other, tmp_path / "run", device=CPU, progress=False, log=lambda *_: None)
+
+
+@needs_data
+def test_gpu_code_path_with_float16_and_a_scaler_runs_on_cpu(tmp_path):
+    # The gpu preset's own sizes (d_model 512, 6 + 6 layers), on a few pairs, with float16 autocast as an
+    # older GPU would use, so the gradient-scaler branch of fit runs.
+    gpu = dataclasses.replace(PRESETS["gpu"], amp="float16", train_subset=64, max_tokens=300, vocab_size=400)
+    run = train(gpu, tmp_path / "gpu", device=CPU, progress=False, log=lambda *_: None, max_steps=2)
+    assert run["amp"] == "torch.float16" and run["train_state"]["step"] == 2
+    assert all(torch.isfinite(torch.tensor(run["train_state"]["losses"])))
+
+
+@needs_data
+def test_translator_and_command_line(tmp_path):
+    train(TINY, tmp_path / "run", device=CPU, progress=False, log=lambda *_: None)
+    translator = Translator.from_checkpoint(tmp_path / "run" / "best", CPU)
+    outputs = translator.translate(["Ein Mann fährt Fahrrad.", "", "Zwei Hunde."], beam_size=2)
+    assert len(outputs) == 3 and outputs[1] == "" and all(isinstance(o, str) for o in outputs)
+    assert translator.translate([]) == []
+    with pytest.warns(UserWarning, match="truncated"):
+        translator.translate("Hund " * 400, beam_size=1)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
+    result = subprocess.run(
+        [sys.executable, "-m", "transformer_book", "translate", "--checkpoint", str(tmp_path / "run" / "best"),
+         "--beam-size", "1", "Ein Hund."],
+        capture_output=True, text=True, env=env, timeout=120, check=True,
+    )
+    assert len(result.stdout.strip().splitlines()) == 1

@@ -1,0 +1,62 @@
+"""Re-run chapter notebooks in place, refreshing their stored outputs (`make execute`).
+
+Usage: python tools/execute.py chapters/01_rnn_limits.ipynb [more notebooks...]
+
+Each notebook runs top to bottom in a fresh kernel whose working directory is the notebook's folder
+(as in Jupyter, nbval and Colab). Cell ids and tags are kept, so the export stays byte-stable.
+TRANSFORMER_BOOK_PRESET, when set in the environment, reaches the kernel unchanged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError
+
+# Chapter 10 trains for a long time with the cpu preset; a cell may legitimately run for hours.
+CELL_TIMEOUT_S = 6 * 60 * 60
+KERNEL_NAME = "python3"
+
+
+def execute(path: Path) -> float:
+    """Execute the notebook at `path` in place; return the wall time in seconds."""
+    nb = nbformat.read(path, as_version=nbformat.NO_CONVERT)
+    client = NotebookClient(
+        nb,
+        timeout=CELL_TIMEOUT_S,
+        kernel_name=KERNEL_NAME,
+        resources={"metadata": {"path": str(path.parent.resolve())}},
+    )
+    start = time.perf_counter()
+    client.execute()
+    elapsed = time.perf_counter() - start
+    nbformat.validate(nb)
+    nbformat.write(nb, path)
+    return elapsed
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("notebooks", nargs="+", type=Path)
+    args = parser.parse_args(argv)
+    for path in args.notebooks:
+        if not path.is_file():
+            print(f"execute: no such notebook: {path}", file=sys.stderr)
+            return 2
+        print(f"execute: {path} ...", flush=True)
+        try:
+            elapsed = execute(path)
+        except CellExecutionError as err:
+            print(f"execute: {path} failed; the notebook was not rewritten.\n{err}", file=sys.stderr)
+            return 1
+        print(f"execute: {path} done in {elapsed:.1f} s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
