@@ -53,7 +53,7 @@ def test_src_is_exactly_what_the_notebooks_export(tmp_path):
         if rel not in actual:
             problems.append(f"{path}: missing (a chapter exports it)")
         elif rel not in expected:
-            origin = "generated earlier" if actual[rel].startswith(export.GENERATED_HEADER) else "not generated"
+            origin = "generated earlier" if actual[rel].startswith(export.GENERATED_HEADERS) else "not generated"
             problems.append(f"{path}: no chapter exports this file ({origin})")
         elif actual[rel] != expected[rel]:
             line = _first_different_line(actual[rel], expected[rel])

@@ -32,6 +32,9 @@ def execute(path: Path) -> float:
         kernel_name=KERNEL_NAME,
         resources={"metadata": {"path": str(path.parent.resolve())}},
     )
+    # Without a registry nbclient tries to render ipywidgets' state and can hang (jupyter/nbclient#312);
+    # the widgets' state is not needed, the book shows a static figure next to each widget.
+    client.widget_registry = {}
     start = time.perf_counter()
     client.execute()
     elapsed = time.perf_counter() - start

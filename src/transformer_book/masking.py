@@ -11,7 +11,6 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-
 # %% ../../chapters/05_masking.ipynb #7594c96a
 def pad_sequences(sequences: Sequence[Tensor], pad_id: int) -> Tensor:
     """Stack 1-D token tensors of different lengths into one (B, T_max) tensor, padded on the right.

@@ -12,7 +12,6 @@ from torch import Tensor, nn
 
 from .attention import scaled_dot_product_attention
 
-
 # %% ../../chapters/03_multi_head_attention.ipynb #3033c5da
 @dataclass
 class KVCache:
