@@ -4,7 +4,16 @@ The browser test of the built book (tests/browser/test_book.py) runs only when i
 HTML with `--book-dir` (as `make test-book` does); `pytest tests/` leaves it out.
 """
 
+import os
 from pathlib import Path
+
+import torch
+
+# The tests use tiny models, for which one thread is fastest. It also keeps them quick when something else
+# runs on the machine: with two threads on two busy cores, PyTorch's threads wait for each other and a step
+# can take ten times longer (measured on the book's 2-core machine).
+torch.set_num_threads(1)
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # for the command-line tests' subprocesses
 
 
 def pytest_addoption(parser):
