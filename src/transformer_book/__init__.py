@@ -7,11 +7,13 @@ __version__ = "0.1.0"
 
 from .attention import scaled_dot_product_attention
 from .data import download_multi30k, load_multi30k
+from .decoding import beam_search, greedy_decode
 from .masking import Batch, causal_mask, padding_mask
 from .model import Transformer, TransformerConfig
 from .multihead import MultiHeadAttention
 from .positional import LearnedPositionalEmbedding, PositionalEncoding, sinusoidal_encoding
 from .recurrent import LSTMCell, RNNCell
+from .training import LabelSmoothingLoss, WarmupSchedule, fit
 from .translate import Translator
 
 __all__ = [
@@ -28,6 +30,11 @@ __all__ = [
     "Batch",
     "Transformer",
     "TransformerConfig",
+    "LabelSmoothingLoss",
+    "WarmupSchedule",
+    "fit",
+    "greedy_decode",
+    "beam_search",
     "download_multi30k",
     "load_multi30k",
     "Translator",

@@ -357,9 +357,11 @@ def train(
         sample = val_pairs[: preset.val_bleu_sentences]
         hypotheses = Translator(model, tokenizer, device).translate([src for src, _ in sample], beam_size=1)
         bleu = sacrebleu.corpus_bleu(hypotheses, [[tgt for _, tgt in sample]]).score
-        steps_in_epoch = len(batches(state.epoch - 1))
+        partial = state.batch_in_epoch > 0  # scored when the time limit stopped an epoch midway
+        steps_in_epoch = state.batch_in_epoch if partial else len(batches(state.epoch - 1))
+        epoch = state.epoch + state.batch_in_epoch / len(batches(state.epoch)) if partial else state.epoch
         record = {
-            "epoch": state.epoch, "step": state.step,
+            "epoch": round(epoch, 2), "step": state.step,
             "train_loss": sum(state.losses[-steps_in_epoch:]) / steps_in_epoch,
             "val_loss": validation_loss(model, val_examples, preset, device, amp_dtype, loss_fn),
             "val_bleu": bleu, "train_seconds": state.train_seconds, "tokens_seen": state.tokens_seen,
@@ -367,7 +369,7 @@ def train(
         }
         info["history"].append(record)
         log(
-            f"epoch {state.epoch:2d}  train loss {record['train_loss']:.3f}  val loss {record['val_loss']:.3f}  "
+            f"epoch {record['epoch']:5.2f}  train loss {record['train_loss']:.3f}  val loss {record['val_loss']:.3f}  "
             f"val BLEU {bleu:5.2f}  {state.train_seconds / 60:5.1f} min  "
             f"{state.tokens_seen / state.train_seconds:,.0f} target tokens/s"
         )
