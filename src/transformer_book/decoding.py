@@ -4,7 +4,7 @@
 __all__ = ['GNMT_LENGTH_OFFSET', 'MAX_NGRAM_ORDER', 'greedy_decode', 'gnmt_length_penalty', 'hypothesis_score', 'beam_search',
            'corpus_bleu']
 
-# %% ../../chapters/08_decoding.ipynb #81e0c191
+# %% ../../chapters/08_decoding.ipynb #60f8c117
 """Greedy decoding with a key/value cache, beam search, and BLEU (chapter 8)."""
 import math
 from collections import Counter
@@ -19,7 +19,7 @@ from .masking import padding_mask
 GNMT_LENGTH_OFFSET = 5.0  # the 5 of lp(Y) = ((5 + |Y|) / (5 + 1))^alpha (Wu et al. 2016)
 MAX_NGRAM_ORDER = 4  # BLEU-4: precisions of 1-, 2-, 3- and 4-grams
 
-# %% ../../chapters/08_decoding.ipynb #df031f98
+# %% ../../chapters/08_decoding.ipynb #0b4722c3
 def _check_decoding_inputs(model: nn.Module, src: Tensor, max_len: int, bos_id: int) -> None:
     """Raise a clear error for arguments the decoders cannot use."""
     config = model.config
@@ -53,7 +53,7 @@ def _check_decoding_inputs(model: nn.Module, src: Tensor, max_len: int, bos_id: 
     if isinstance(bos_id, bool) or not isinstance(bos_id, int) or not 0 <= bos_id < config.tgt_vocab_size:
         raise ValueError(f"bos_id must be a target token id, 0 .. {config.tgt_vocab_size - 1}; got {bos_id!r}")
 
-# %% ../../chapters/08_decoding.ipynb #33b195b0
+# %% ../../chapters/08_decoding.ipynb #6e9b051f
 @contextmanager
 def _eval_mode(model: nn.Module) -> Iterator[None]:
     """Run the block with model.eval() (no dropout), then restore the model's train/eval mode."""
@@ -64,7 +64,7 @@ def _eval_mode(model: nn.Module) -> Iterator[None]:
     finally:
         model.train(was_training)
 
-# %% ../../chapters/08_decoding.ipynb #809237ca
+# %% ../../chapters/08_decoding.ipynb #62d8a696
 @torch.no_grad()
 def greedy_decode(
     model: nn.Module, src: Tensor, max_len: int, bos_id: int, eos_id: int, use_cache: bool = True
@@ -94,7 +94,7 @@ def greedy_decode(
                 break
     return tokens
 
-# %% ../../chapters/08_decoding.ipynb #65544cb3
+# %% ../../chapters/08_decoding.ipynb #5c973885
 def gnmt_length_penalty(length: Tensor, alpha: float) -> Tensor:
     """The GNMT length penalty lp(Y) = ((5 + |Y|) / 6)^alpha (Wu et al. 2016); scores are divided by it.
 
@@ -102,12 +102,12 @@ def gnmt_length_penalty(length: Tensor, alpha: float) -> Tensor:
     """
     return ((GNMT_LENGTH_OFFSET + length) / (GNMT_LENGTH_OFFSET + 1)) ** alpha  # (5 + |Y|)^a / (5 + 1)^a
 
-# %% ../../chapters/08_decoding.ipynb #9cd3ac99
+# %% ../../chapters/08_decoding.ipynb #88f54e2c
 def _score_dtype(logits: Tensor) -> torch.dtype:
     """float32 for half-precision logits, else the logits' own dtype (float32 or float64)."""
     return torch.promote_types(logits.dtype, torch.float32)
 
-# %% ../../chapters/08_decoding.ipynb #240ee3b4
+# %% ../../chapters/08_decoding.ipynb #a01c05b1
 @torch.no_grad()
 def hypothesis_score(
     model: nn.Module, src: Tensor, tokens: Tensor, eos_id: int, length_penalty: float = 0.6
@@ -135,7 +135,7 @@ def hypothesis_score(
     length = (~after_eos).sum(dim=1).to(log_p.dtype)  # (B,): |Y|
     return log_p / gnmt_length_penalty(length, length_penalty)  # s(Y, X)
 
-# %% ../../chapters/08_decoding.ipynb #0be0f8ce
+# %% ../../chapters/08_decoding.ipynb #5dc24684
 @torch.no_grad()
 def beam_search(
     model: nn.Module,
@@ -146,11 +146,13 @@ def beam_search(
     eos_id: int,
     length_penalty: float = 0.6,
 ) -> Tensor:
-    """Keep the beam_size best partial outputs per sentence; return the best finished one.
+    """Keep the beam_size best partial outputs per sentence; return the best one of each sentence.
 
     Hypotheses are ranked by s(Y, X) = log p(Y | X) / lp(Y), with lp the GNMT length penalty of exponent
-    length_penalty (0 turns it off). src (B, T_src) -> (B, 1 + T_out) long, starting with BOS, padded after
-    EOS. beam_size=1 gives greedy_decode's output. The model runs in eval mode; its mode is restored afterwards.
+    length_penalty (0 turns it off); finished ones stay in the beam. The search stops when all hypotheses
+    have produced eos_id or after max_len steps (then unfinished ones compete too). src (B, T_src) ->
+    (B, 1 + T_out) long, starting with BOS, padded after EOS. beam_size=1 gives greedy_decode's output.
+    The model runs in eval mode; its mode is restored afterwards.
     """
     _check_decoding_inputs(model, src, max_len, bos_id)
     if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
@@ -198,13 +200,14 @@ def beam_search(
         chosen = tokens.view(batch, k, -1)[torch.arange(batch, device=device), best]  # (B, 1 + T_out)
     return chosen
 
-# %% ../../chapters/08_decoding.ipynb #4c8930ec
+# %% ../../chapters/08_decoding.ipynb #ee652856
 def _ngrams(tokens: Sequence[str], n: int) -> Counter:
     """Count the n-grams (tuples of n consecutive tokens) of a token list."""
     return Counter(tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1))
 
-# %% ../../chapters/08_decoding.ipynb #5a736ff2
+# %% ../../chapters/08_decoding.ipynb #69bc0438
 def _check_bleu_inputs(hypotheses: Sequence[str], references: Sequence[str]) -> None:
+    """Raise a clear error unless both are lists of strings of the same length."""
     for name, texts in (("hypotheses", hypotheses), ("references", references)):
         if isinstance(texts, str):
             raise TypeError(f"{name} must be a list of sentences, not one string; got {texts[:40]!r}")
@@ -217,7 +220,7 @@ def _check_bleu_inputs(hypotheses: Sequence[str], references: Sequence[str]) -> 
     if len(hypotheses) != len(references):
         raise ValueError(f"need one reference per hypothesis; got {len(hypotheses)} and {len(references)}")
 
-# %% ../../chapters/08_decoding.ipynb #ae4a11b3
+# %% ../../chapters/08_decoding.ipynb #7883948f
 def corpus_bleu(hypotheses: Sequence[str], references: Sequence[str], max_n: int = MAX_NGRAM_ORDER) -> float:
     """Corpus BLEU (Papineni et al. 2002) on whitespace-split tokens, one reference per sentence, 0-100.
 
@@ -239,6 +242,6 @@ def corpus_bleu(hypotheses: Sequence[str], references: Sequence[str], max_n: int
             totals[n - 1] += max(len(hyp_tokens) - n + 1, 0)
     if hyp_len == 0 or min(matches) == 0:
         return 0.0
-    log_precision = sum(math.log(m / t) for m, t in zip(matches, totals)) / max_n
+    log_precision = sum(math.log(m / t) for m, t in zip(matches, totals)) / max_n  # (1/N) sum_n log p_n
     brevity = min(0.0, 1.0 - ref_len / hyp_len)  # log BP
-    return 100.0 * math.exp(brevity + log_precision)
+    return 100.0 * math.exp(brevity + log_precision)  # 100 * BP * exp((1/N) sum_n log p_n)

@@ -4,7 +4,7 @@
 __all__ = ['SMOOTHING_CONVENTIONS', 'ADAM_BETAS', 'ADAM_EPS', 'AMP_DTYPES', 'LabelSmoothingLoss', 'noam_rate', 'WarmupSchedule',
            'make_optimizer', 'set_seed', 'autocast', 'TrainState', 'train_step', 'fit']
 
-# %% ../../chapters/07_label_smoothing_and_training.ipynb #1c9cff4e
+# %% ../../chapters/07_label_smoothing_and_training.ipynb #e0033c16
 """Label smoothing, the warm-up schedule and the training loop (chapter 7)."""
 import math
 import random
@@ -25,7 +25,7 @@ ADAM_BETAS = (0.9, 0.98)  # the paper's beta1, beta2 (section 5.3); PyTorch's de
 ADAM_EPS = 1e-9  # the paper's epsilon; PyTorch's default is 1e-8
 AMP_DTYPES = (torch.bfloat16, torch.float16)  # the low-precision types autocast can compute in
 
-# %% ../../chapters/07_label_smoothing_and_training.ipynb #53adcea6
+# %% ../../chapters/07_label_smoothing_and_training.ipynb #f54c7987
 class LabelSmoothingLoss(nn.Module):
     """Cross-entropy H(q, p) against a label-smoothed target q, averaged over the non-padding tokens.
 
@@ -33,7 +33,7 @@ class LabelSmoothingLoss(nn.Module):
     and spreads `smoothing` over the vocabulary:
       convention="uniform": smoothing / K to every class, y included (Szegedy et al. 2016; equal to
         torch.nn.CrossEntropyLoss(label_smoothing=smoothing)), so q_y = 1 - smoothing + smoothing / K;
-      convention="others": smoothing / (K - 1) to every class except y (the seed text's formula), q_y = 1 - smoothing.
+      convention="others": smoothing / (K - 1) to every class except y (as in some tutorials), q_y = 1 - smoothing.
     K counts the classes the model can predict: a class whose logit is -inf (a masked vocabulary entry) gets
     no target mass, exactly as if it were deleted from the vocabulary. Positions whose target is ignore_index
     (padding) do not count; the result is the mean over the counted positions (0 if there are none).
@@ -78,7 +78,7 @@ class LabelSmoothingLoss(nn.Module):
             loss = (1.0 - eps) * nll + eps / (num_classes - 1).clamp(min=1) * others  # ... + eps/(K-1) sum_{k!=y}
         return loss[keep].sum() / keep.sum().clamp(min=1)
 
-# %% ../../chapters/07_label_smoothing_and_training.ipynb #e9cb2f8b
+# %% ../../chapters/07_label_smoothing_and_training.ipynb #af6231f8
 def noam_rate(step: int, d_model: int, warmup_steps: int, factor: float = 1.0) -> float:
     """The paper's learning rate at optimizer step `step` (counted from 1):
 
@@ -94,7 +94,7 @@ def noam_rate(step: int, d_model: int, warmup_steps: int, factor: float = 1.0) -
     step = max(step, 1)
     return factor * d_model**-0.5 * min(step**-0.5, step * warmup_steps**-1.5)
 
-# %% ../../chapters/07_label_smoothing_and_training.ipynb #dd832882
+# %% ../../chapters/07_label_smoothing_and_training.ipynb #2b91056c
 class WarmupSchedule(torch.optim.lr_scheduler.LambdaLR):
     """The paper's schedule as a PyTorch scheduler: call scheduler.step() after every optimizer.step().
 
@@ -121,7 +121,7 @@ class WarmupSchedule(torch.optim.lr_scheduler.LambdaLR):
         """LambdaLR's multiplier for its 0-based counter `step`: the rate of optimizer step step + 1."""
         return noam_rate(step + 1, self.d_model, self.warmup_steps, self.factor)
 
-# %% ../../chapters/07_label_smoothing_and_training.ipynb #81e5e07c
+# %% ../../chapters/07_label_smoothing_and_training.ipynb #abc3d777
 def make_optimizer(model: nn.Module, lr: float = 1.0) -> torch.optim.Adam:
     """Adam with the paper's settings: beta1 = 0.9, beta2 = 0.98, eps = 1e-9.
 
@@ -129,7 +129,7 @@ def make_optimizer(model: nn.Module, lr: float = 1.0) -> torch.optim.Adam:
     """
     return torch.optim.Adam(model.parameters(), lr=lr, betas=ADAM_BETAS, eps=ADAM_EPS)
 
-# %% ../../chapters/07_label_smoothing_and_training.ipynb #1b11663a
+# %% ../../chapters/07_label_smoothing_and_training.ipynb #1bc5f38e
 def set_seed(seed: int) -> None:
     """Seed Python's and PyTorch's random generators, so that a run repeats exactly on the same machine."""
     random.seed(seed)
@@ -144,7 +144,7 @@ def autocast(device: torch.device | str, amp_dtype: torch.dtype | None) -> Abstr
         raise ValueError(f"amp_dtype must be None, torch.bfloat16 or torch.float16; got {amp_dtype}")
     return torch.autocast(device_type=torch.device(device).type, dtype=amp_dtype)
 
-# %% ../../chapters/07_label_smoothing_and_training.ipynb #6f05fe54
+# %% ../../chapters/07_label_smoothing_and_training.ipynb #872fd9b0
 @dataclass
 class TrainState:
     """Where training is: with the model, optimizer and random state, enough to resume exactly."""
@@ -156,7 +156,7 @@ class TrainState:
     tokens_seen: int = 0  # real (non-pad) target tokens trained on
     train_seconds: float = 0.0  # time spent in train_step
 
-# %% ../../chapters/07_label_smoothing_and_training.ipynb #3a34c69f
+# %% ../../chapters/07_label_smoothing_and_training.ipynb #0ab0717d
 def train_step(
     model: nn.Module,
     batch: Batch,
@@ -201,7 +201,7 @@ def train_step(
         scheduler.step()
     return loss_value
 
-# %% ../../chapters/07_label_smoothing_and_training.ipynb #56461d45
+# %% ../../chapters/07_label_smoothing_and_training.ipynb #0078671e
 def fit(
     model: nn.Module,
     batches: Iterable[Batch] | Callable[[int], Iterable[Batch]],
