@@ -1,8 +1,11 @@
 """Tests for transformer_book.data (chapter 9): download paths without the network, loading, tokenizer, batches."""
 
 import gzip
+import hashlib
+import http.client
+import http.server
 import os
-import shutil
+import threading
 import urllib.error
 from pathlib import Path
 
@@ -55,22 +58,57 @@ SAMPLE = [
 ]
 
 
-class Network:
-    """A stand-in for data._fetch: 'ok' copies from the shared folder, 'garbage' writes junk, 'down' raises."""
+def _fake_gzip(lines: list[str]) -> bytes:
+    return gzip.compress("".join(line + "\n" for line in lines).encode("utf-8"), mtime=0)
 
-    def __init__(self, *modes: str):
+
+# Small stand-ins for the six files: real gzip text, two lines each, so that loading works on them too.
+FAKE_LINES = {
+    name: [f"{name.split('.')[0]} {name.split('.')[1]} line {i}" for i in range(2)] for name in MULTI30K_FILES
+}
+FAKE_LINES["val.de.gz"] = ["Ein Mann\u2028mit Hut.", "Zwei Hunde."]  # a separator that splitlines() would cut
+FAKE_LINES["val.en.gz"] = ["A man with a hat.", "Two dogs."]
+FAKE = {name: _fake_gzip(lines) for name, lines in FAKE_LINES.items()}
+
+
+@pytest.fixture
+def fake_table(monkeypatch):
+    """Point the module's checksum table at the fake files, with sha256 digests computed here."""
+    table = {name: hashlib.sha256(content).hexdigest() for name, content in FAKE.items()}
+    assert table != MULTI30K_FILES
+    monkeypatch.setattr(data, "MULTI30K_FILES", table)
+    return table
+
+
+def _put(folder: Path, names=tuple(FAKE)) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        (folder / name).write_bytes(FAKE[name])
+    return folder
+
+
+class Network:
+    """A stand-in for data._fetch, serving the fake files. Call i uses modes[i] (the last mode repeats):
+    'ok' writes the file, 'garbage' writes junk, 'down' raises URLError, and any exception instance is
+    raised after half of the file has been written (a transfer that breaks off)."""
+
+    def __init__(self, *modes):
         self.modes, self.calls = list(modes), []
 
     def __call__(self, url: str, dest: Path) -> None:
         mode = self.modes[min(len(self.calls), len(self.modes) - 1)]
         self.calls.append(url)
         assert url.startswith(MULTI30K_URL + "/"), url
+        content = FAKE[url.rsplit("/", 1)[1]]
         if mode == "down":
             raise urllib.error.URLError("no network in this test")
         if mode == "garbage":
             dest.write_bytes(b"not the file you asked for")
+        elif isinstance(mode, BaseException):
+            dest.write_bytes(content[: len(content) // 2])
+            raise mode
         else:
-            shutil.copyfile(SHARED / url.rsplit("/", 1)[1], dest)
+            dest.write_bytes(content)
 
 
 @pytest.fixture(autouse=True)
@@ -91,12 +129,25 @@ def _parts(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.iterdir() if p.name.endswith(".part"))
 
 
+def _is_verified(folder: Path, table: dict[str, str]) -> bool:
+    return all(hashlib.sha256((folder / n).read_bytes()).hexdigest() == d for n, d in table.items())
+
+
+# Transfers that break off: what urllib and http.client raise when the connection fails half way.
+BREAKS = [
+    http.client.IncompleteRead(b"partial", 1000),
+    ConnectionResetError("connection reset by peer"),
+    TimeoutError("the read operation timed out"),
+    urllib.error.URLError("temporary failure in name resolution"),
+]
+BREAK_IDS = ["IncompleteRead", "ConnectionResetError", "TimeoutError", "URLError"]
+
+
 # --- download: the local folder named by TRANSFORMER_BOOK_DATA -------------------------------------------
 
 
-@needs_data
-def test_env_folder_is_used_and_never_downloads(tmp_path, monkeypatch):
-    shutil.copytree(SHARED, tmp_path / "multi30k")
+def test_env_folder_is_used_and_never_downloads(tmp_path, monkeypatch, fake_table):
+    _put(tmp_path / "multi30k")
     monkeypatch.setenv(DATA_ENV, str(tmp_path))
     net = Network("down")
     monkeypatch.setattr(data, "_fetch", net)
@@ -105,10 +156,8 @@ def test_env_folder_is_used_and_never_downloads(tmp_path, monkeypatch):
     assert not (tmp_path / "ignored").exists()
 
 
-@needs_data
-def test_env_folder_missing_file_names_it(tmp_path, monkeypatch):
-    shutil.copytree(SHARED, tmp_path / "multi30k")
-    (tmp_path / "multi30k" / "val.en.gz").unlink()
+def test_env_folder_missing_file_names_it(tmp_path, monkeypatch, fake_table):
+    _put(tmp_path / "multi30k", [n for n in FAKE if n != "val.en.gz"])
     monkeypatch.setenv(DATA_ENV, str(tmp_path))
     net = Network("ok")
     monkeypatch.setattr(data, "_fetch", net)
@@ -117,9 +166,8 @@ def test_env_folder_missing_file_names_it(tmp_path, monkeypatch):
     assert net.calls == []
 
 
-@needs_data
-def test_env_folder_corrupt_file_is_reported_not_fetched(tmp_path, monkeypatch):
-    shutil.copytree(SHARED, tmp_path / "multi30k")
+def test_env_folder_corrupt_file_is_reported_not_fetched(tmp_path, monkeypatch, fake_table):
+    _put(tmp_path / "multi30k")
     (tmp_path / "multi30k" / "train.de.gz").write_bytes(b"truncated")
     monkeypatch.setenv(DATA_ENV, str(tmp_path))
     net = Network("ok")
@@ -129,79 +177,134 @@ def test_env_folder_corrupt_file_is_reported_not_fetched(tmp_path, monkeypatch):
     assert net.calls == []
 
 
+def test_env_folder_is_loaded_line_by_line(tmp_path, monkeypatch, fake_table):
+    """Pairs come from line i of both files, split at "\n" only (U+2028 inside a line does not split it)."""
+    _put(tmp_path / "multi30k")
+    monkeypatch.setenv(DATA_ENV, str(tmp_path))
+    assert load_multi30k("val") == list(zip(FAKE_LINES["val.de.gz"], FAKE_LINES["val.en.gz"]))
+    assert load_multi30k("test2016", "en", "de")[1] == ("test_2016_flickr en line 1", "test_2016_flickr de line 1")
+
+
 # --- download: the cache ----------------------------------------------------------------------------------
 
 
-@needs_data
-def test_download_into_empty_cache(tmp_path, monkeypatch, no_env):
+def test_download_into_empty_cache(tmp_path, monkeypatch, no_env, fake_table):
     net = Network("ok")
     monkeypatch.setattr(data, "_fetch", net)
     folder = download_multi30k(tmp_path)
     assert folder == tmp_path / "multi30k"
-    assert sorted(p.name for p in folder.iterdir()) == sorted(MULTI30K_FILES)
-    assert all(data._sha256(folder / n) == digest for n, digest in MULTI30K_FILES.items())
-    assert len(net.calls) == len(MULTI30K_FILES)
+    assert sorted(p.name for p in folder.iterdir()) == sorted(fake_table)
+    assert _is_verified(folder, fake_table)
+    assert net.calls == [f"{MULTI30K_URL}/{name}" for name in fake_table]
 
 
-@needs_data
-def test_verified_cache_is_not_fetched_again(tmp_path, monkeypatch, no_env):
-    shutil.copytree(SHARED, tmp_path / "multi30k")
+def test_verified_cache_is_not_fetched_again(tmp_path, monkeypatch, no_env, fake_table):
+    _put(tmp_path / "multi30k")
     net = Network("down")
     monkeypatch.setattr(data, "_fetch", net)
     assert download_multi30k(tmp_path) == tmp_path / "multi30k"
     assert net.calls == []
 
 
-@needs_data
-def test_default_root_is_the_user_cache(tmp_path, monkeypatch, no_env):
+def test_default_root_is_the_user_cache(tmp_path, monkeypatch, no_env, fake_table):
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.setattr(data, "_fetch", Network("ok"))
     assert download_multi30k() == tmp_path / ".cache" / "transformer_book" / "multi30k"
 
 
-@needs_data
-def test_corrupt_cached_copy_is_refetched(tmp_path, monkeypatch, no_env):
-    shutil.copytree(SHARED, tmp_path / "multi30k")
-    damaged = tmp_path / "multi30k" / "val.de.gz"
-    damaged.write_bytes(damaged.read_bytes()[:500])  # a download that stopped half way
+def test_corrupt_cached_copy_is_refetched_once(tmp_path, monkeypatch, no_env, fake_table):
+    folder = _put(tmp_path / "multi30k")
+    damaged = folder / "val.de.gz"
+    damaged.write_bytes(FAKE["val.de.gz"][:20])  # a copy that stopped half way
     net = Network("ok")
     monkeypatch.setattr(data, "_fetch", net)
     download_multi30k(tmp_path)
     assert net.calls == [f"{MULTI30K_URL}/val.de.gz"]
-    assert damaged.read_bytes() == (SHARED / "val.de.gz").read_bytes()
-    assert _parts(tmp_path / "multi30k") == []
+    assert damaged.read_bytes() == FAKE["val.de.gz"]
+    assert _parts(folder) == []
 
 
-@needs_data
-def test_corrupt_download_is_retried_once(tmp_path, monkeypatch, no_env):
-    shutil.copytree(SHARED, tmp_path / "multi30k")
-    (tmp_path / "multi30k" / "test_2016_flickr.en.gz").unlink()
+def test_corrupt_download_is_retried_once(tmp_path, monkeypatch, no_env, fake_table):
+    folder = _put(tmp_path / "multi30k", [n for n in FAKE if n != "test_2016_flickr.en.gz"])
     net = Network("garbage", "ok")
     monkeypatch.setattr(data, "_fetch", net)
     download_multi30k(tmp_path)
-    assert len(net.calls) == 2
-    assert data._sha256(tmp_path / "multi30k" / "test_2016_flickr.en.gz") == MULTI30K_FILES["test_2016_flickr.en.gz"]
+    assert net.calls == [f"{MULTI30K_URL}/test_2016_flickr.en.gz"] * 2
+    assert _is_verified(folder, fake_table)
+    assert _parts(folder) == []
 
 
-@needs_data
-def test_corrupt_download_twice_raises_and_keeps_nothing(tmp_path, monkeypatch, no_env):
-    shutil.copytree(SHARED, tmp_path / "multi30k")
-    (tmp_path / "multi30k" / "val.en.gz").unlink()
+def test_corrupt_download_twice_raises_and_keeps_nothing(tmp_path, monkeypatch, no_env, fake_table):
+    folder = _put(tmp_path / "multi30k", [n for n in FAKE if n != "val.en.gz"])
     net = Network("garbage")
     monkeypatch.setattr(data, "_fetch", net)
-    with pytest.raises(DataError, match=r"Downloaded val\.en\.gz .* 2 times and its sha256 was"):
+    with pytest.raises(DataError, match=r"val\.en\.gz .* in 2 attempts \(wrong sha256 [0-9a-f]{64}; wrong sha256") as err:
         download_multi30k(tmp_path)
+    assert f"The expected sha256 is {fake_table['val.en.gz']}" in str(err.value)
     assert len(net.calls) == data.DOWNLOAD_ATTEMPTS == 2
-    assert not (tmp_path / "multi30k" / "val.en.gz").exists()
-    assert _parts(tmp_path / "multi30k") == []
+    assert not (folder / "val.en.gz").exists()
+    assert _parts(folder) == []
 
 
-def test_no_network_and_no_copy_says_what_to_do(tmp_path, monkeypatch, no_env):
+@pytest.mark.parametrize("error", BREAKS, ids=BREAK_IDS)
+def test_broken_transfer_leaves_nothing_and_is_retried_once(tmp_path, monkeypatch, no_env, fake_table, error):
+    folder = _put(tmp_path / "multi30k", [n for n in FAKE if n != "train.en.gz"])
+    net = Network(error, "ok")
+    after_each_attempt = []
+
+    def fetch(url: str, dest: Path) -> None:
+        try:
+            net(url, dest)
+        finally:
+            after_each_attempt.append(sorted(p.name for p in folder.iterdir() if p.name.startswith(".train.en")))
+            assert not (folder / "train.en.gz").exists(), "nothing gets the real name before it is checked"
+
+    monkeypatch.setattr(data, "_fetch", fetch)
+    download_multi30k(tmp_path)
+    assert net.calls == [f"{MULTI30K_URL}/train.en.gz"] * 2
+    assert [len(names) for names in after_each_attempt] == [1, 1], "the broken half file must be gone before the retry"
+    assert _is_verified(folder, fake_table)
+    assert _parts(folder) == []
+
+
+@pytest.mark.parametrize("error", BREAKS, ids=BREAK_IDS)
+def test_broken_transfer_twice_names_file_and_env(tmp_path, monkeypatch, no_env, fake_table, error):
+    folder = _put(tmp_path / "multi30k", [n for n in FAKE if n != "val.de.gz"])
+    net = Network(error)
+    monkeypatch.setattr(data, "_fetch", net)
+    with pytest.raises(DataError, match=rf"Could not download val\.de\.gz .* in 2 attempts \({type(error).__name__}") as err:
+        download_multi30k(tmp_path)
+    assert "set the environment variable TRANSFORMER_BOOK_DATA=DIR" in str(err.value)
+    assert len(net.calls) == 2
+    assert not (folder / "val.de.gz").exists()
+    assert _parts(folder) == []
+
+
+def test_no_network_and_no_copy_says_what_to_do(tmp_path, monkeypatch, no_env, fake_table):
     net = Network("down")
     monkeypatch.setattr(data, "_fetch", net)
-    with pytest.raises(DataError, match=r"Could not download train\.de\.gz .*set the environment variable TRANSFORMER_BOOK_DATA=DIR"):
+    with pytest.raises(DataError) as err:
         download_multi30k(tmp_path)
-    assert len(net.calls) == 1
+    message = str(err.value)
+    assert message.startswith(f"Could not download train.de.gz from {MULTI30K_URL}/train.de.gz in 2 attempts")
+    assert "no network in this test" in message
+    assert "into a folder DIR/multi30k/ and set the environment variable TRANSFORMER_BOOK_DATA=DIR" in message
+    assert len(net.calls) == 2
+    assert _parts(tmp_path / "multi30k") == []
+    assert not (tmp_path / "multi30k" / "train.de.gz").exists()
+
+
+def test_local_write_error_is_not_retried(tmp_path, monkeypatch, no_env, fake_table):
+    calls = []
+
+    def disk_full(url: str, dest: Path) -> None:
+        calls.append(url)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(data, "_fetch", disk_full)
+    with pytest.raises(DataError, match=r"Could not write the download of train\.de\.gz into .*No space left"):
+        download_multi30k(tmp_path)
+    assert len(calls) == 1
     assert _parts(tmp_path / "multi30k") == []
 
 
@@ -214,6 +317,44 @@ def test_fetch_is_the_only_network_access(tmp_path, monkeypatch, no_env):
     monkeypatch.setattr(data.urllib.request, "urlopen", refuse)
     with pytest.raises(DataError, match=r"train\.de\.gz"):
         download_multi30k(tmp_path)
+
+
+class _Server(http.server.BaseHTTPRequestHandler):
+    """Serves /full (the whole body) and /short (a body that stops before its announced Content-Length)."""
+
+    body = bytes(range(256)) * 40
+
+    def do_GET(self):  # noqa: N802 (the name http.server calls)
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(self.body)))
+        self.end_headers()
+        self.wfile.write(self.body if self.path == "/full" else self.body[:1000])
+        self.close_connection = True
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def local_server():
+    server = http.server.HTTPServer(("127.0.0.1", 0), _Server)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_fetch_copies_the_bytes(tmp_path, local_server):
+    data._fetch(f"{local_server}/full", tmp_path / "f")
+    assert (tmp_path / "f").read_bytes() == _Server.body
+
+
+def test_fetch_reports_a_body_that_stops_short(tmp_path, local_server):
+    """http.client itself ends a short body quietly; _fetch turns it into an error that is retried."""
+    with pytest.raises(ConnectionError, match=f"stopped after 1000 of {len(_Server.body)} bytes"):
+        data._fetch(f"{local_server}/short", tmp_path / "f")
+    assert isinstance(ConnectionError("x"), data._TRANSFER_ERRORS)
 
 
 # --- loading ------------------------------------------------------------------------------------------------
@@ -286,8 +427,8 @@ def small_tokenizer():
             SHARED / "train.en.gz", "rt", encoding="utf-8"
         ) as f_en:
             corpus = f_de.read().split("\n")[:1500] + f_en.read().split("\n")[:1500]
-    else:
-        corpus = []
+    else:  # numbers give enough distinct pieces for 600 tokens
+        corpus = [f"Bild {i}: {i * 37 % 1000} Hunde und {i % 97} Katzen." for i in range(2000)]
     corpus += [s for pair in SAMPLE for s in pair]
     return train_tokenizer(corpus, vocab_size=600)
 

@@ -82,8 +82,10 @@ def test_greedy_picks_the_argmax_and_pads_after_each_eos(lengths, max_len, seed)
         for t in range(1, end + 1):
             assert row[t] == logits[b, t - 1].argmax().item()  # every token is the argmax given its prefix
     rows = out.tolist()
-    if all(EOS_ID in row for row in rows):  # stopped early: at the step the last sentence finished
+    if all(EOS_ID in row for row in rows):  # stopped at the step the last sentence finished
         assert any(row[-1] == EOS_ID for row in rows)
+    else:  # some sentence never finished: the loop ran all max_len steps
+        assert out.size(1) == 1 + max_len
 
 
 def test_greedy_rows_do_not_depend_on_the_rest_of_the_batch():
@@ -174,7 +176,7 @@ def test_batched_beam_equals_beam_on_each_sentence_alone(lengths, beam_size, see
 def test_hypothesis_score_matches_stepwise_log_probs_and_ignores_padding():
     model = random_model(2, vocab=6)
     src = random_src([5, 3], 6, 2)
-    out = beam_search(model, src, 3, 6, BOS_ID, EOS_ID)
+    out = torch.tensor([[BOS_ID, 4, 5, 3, EOS_ID, PAD_ID], [BOS_ID, 3, EOS_ID, PAD_ID, PAD_ID, PAD_ID]])
     memory = model.encode(src)
     src_mask = (src != PAD_ID)[:, None, None, :]
     cache, expected = model.new_cache(), torch.zeros(2, dtype=torch.float64)
@@ -188,8 +190,15 @@ def test_hypothesis_score_matches_stepwise_log_probs_and_ignores_padding():
     penalty = gnmt_length_penalty(torch.tensor(lengths, dtype=torch.float64), 0.6)
     torch.testing.assert_close(hypothesis_score(model, src, out, EOS_ID, 0.6), expected / penalty)
     padded = torch.cat([out, torch.full((2, 3), PAD_ID)], dim=1)  # more padding after EOS changes nothing
-    if all(EOS_ID in row for row in out.tolist()):
-        torch.testing.assert_close(hypothesis_score(model, src, padded, EOS_ID, 0.6), expected / penalty)
+    torch.testing.assert_close(hypothesis_score(model, src, padded, EOS_ID, 0.6), expected / penalty)
+    tokens_after_eos = out.masked_fill(out == PAD_ID, 5)  # nor do other tokens after EOS
+    torch.testing.assert_close(hypothesis_score(model, src, tokens_after_eos, EOS_ID, 0.6), expected / penalty)
+    beam = beam_search(model, src, 3, 6, BOS_ID, EOS_ID)  # and the same score for beam search's own output
+    beam_lengths = torch.tensor([len(strip(row)) - 1 for row in beam.tolist()], dtype=torch.float64)
+    beam_log_p = hypothesis_score(model, src, beam, EOS_ID, 0.0)
+    torch.testing.assert_close(
+        hypothesis_score(model, src, beam, EOS_ID, 0.6), beam_log_p / gnmt_length_penalty(beam_lengths, 0.6)
+    )
 
 
 class PrefixCache:
@@ -203,15 +212,18 @@ class PrefixCache:
 
 
 class TreeModel(nn.Module):
-    """A "model" that reads p(next token | prefix) from a table and ignores its source (chapter 8's toy)."""
+    """A "model" that reads p(next token | prefix) from a table and ignores its source (chapter 8's toy).
 
-    def __init__(self, tree: dict[tuple, dict[int, float]], vocab: int):
+    With trees_by_source, the first source token of each sentence picks its table instead.
+    """
+
+    def __init__(self, tree: dict[tuple, dict[int, float]], vocab: int, trees_by_source: dict | None = None):
         super().__init__()
-        self.tree = tree
+        self.tree, self.trees_by_source = tree, trees_by_source
         self.config = SimpleNamespace(pad_id=PAD_ID, src_vocab_size=vocab, tgt_vocab_size=vocab, max_len=8)
 
     def encode(self, src, src_mask=None):
-        return torch.zeros(src.size(0), src.size(1), 1)
+        return src[:, :1, None].double()  # (B, 1, 1): the first source token, all the "memory" there is
 
     def new_cache(self):
         return [SimpleNamespace(self_attn=PrefixCache())]
@@ -224,8 +236,9 @@ class TreeModel(nn.Module):
             tgt = prefix.tokens
         logits = torch.full((tgt.size(0), tgt.size(1), self.config.tgt_vocab_size), -math.inf)
         for b, row in enumerate(tgt.tolist()):
+            tree = self.tree if self.trees_by_source is None else self.trees_by_source[int(memory[b, 0, 0])]
             for t in range(len(row)):
-                for token, p in self.tree.get(tuple(row[1 : t + 1]), {EOS_ID: 1.0}).items():
+                for token, p in tree.get(tuple(row[1 : t + 1]), {EOS_ID: 1.0}).items():
                     logits[b, t, token] = math.log(p)
         return logits[:, -new:]
 
@@ -261,6 +274,99 @@ def test_narrow_beam_can_lose_to_greedy():
     assert tree_output_probability(tree, beam2[0].tolist()) == pytest.approx(0.05)
     beam3 = beam_search(toy, src, 3, 5, BOS_ID, EOS_ID)
     assert strip(beam3[0].tolist()) == strip(greedy[0].tolist())  # a beam of 3 keeps "a cat"
+
+
+A, THE, CAT, DOG = 3, 4, 5, 6
+SPREAD = {A: 0.3, THE: 0.25, DOG: 0.2, EOS_ID: 0.25}
+# K = 2. Step 1 keeps "a" (0.7) and the finished "<eos>" (0.2). Step 2: "a cat" (0.385) and "a dog" (0.315)
+# both outrank "<eos>", which leaves the beam. No completion of theirs has a probability above 0.385 * 0.3,
+# less than 0.2 at both alphas used here: the best output is "<eos>", found at step 1. (No ties, so that
+# greedy decoding's argmax and beam search's topk cannot break one differently.)
+PUSHED_OUT_TREE = {(): {A: 0.7, EOS_ID: 0.2, THE: 0.1}, (A,): {CAT: 0.55, DOG: 0.45}, (A, CAT): SPREAD, (A, DOG): SPREAD}
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.6])
+def test_finished_hypothesis_pushed_out_of_the_beam_is_still_returned(alpha):
+    toy, src = TreeModel(PUSHED_OUT_TREE, 7), torch.tensor([[3]])
+    beam = beam_search(toy, src, 2, 5, BOS_ID, EOS_ID, length_penalty=alpha)
+    assert strip(beam[0].tolist()) == [BOS_ID, EOS_ID]
+    assert hypothesis_score(toy, src, beam, EOS_ID, alpha).item() == pytest.approx(math.log(0.2))
+    assert torch.equal(beam_search(toy, src, 1, 5, BOS_ID, EOS_ID), greedy_decode(toy, src, 5, BOS_ID, EOS_ID))
+
+
+def test_remembered_hypothesis_goes_to_its_own_sentence():
+    # Sentences whose first source token is 3 read PUSHED_OUT_TREE (the best output leaves the beam);
+    # those with 4 read the greedy-trap tree, whose best output "the cat <eos>" stays in the beam.
+    trap = {(): {A: 0.5, THE: 0.4, EOS_ID: 0.1}, (A,): {CAT: 0.4, DOG: 0.3, EOS_ID: 0.3}, (THE,): {CAT: 0.9, DOG: 0.1}}
+    toy = TreeModel({}, 7, trees_by_source={3: PUSHED_OUT_TREE, 4: trap})
+    out = beam_search(toy, torch.tensor([[3], [4], [3]]), 2, 5, BOS_ID, EOS_ID)
+    assert [strip(row) for row in out.tolist()] == [[BOS_ID, EOS_ID], [BOS_ID, THE, CAT, EOS_ID], [BOS_ID, EOS_ID]]
+    assert out[0, 2:].eq(PAD_ID).all() and out[2, 2:].eq(PAD_ID).all()  # padding after the remembered EOS
+
+
+class NoReorderPrefixCache(PrefixCache):
+    def select(self, index: torch.Tensor) -> None:
+        pass  # the bug: the cached prefixes stay in their rows while the hypotheses move
+
+
+class NoReorderTreeModel(TreeModel):
+    def new_cache(self):
+        return [SimpleNamespace(self_attn=NoReorderPrefixCache())]
+
+
+def random_tree(num_symbols: int, depth: int, seed: int) -> dict:
+    """Random next-token probabilities over EOS and num_symbols symbols for every prefix shorter than depth."""
+    generator = torch.Generator().manual_seed(seed)
+    tokens = [EOS_ID, *range(FIRST_SYMBOL, FIRST_SYMBOL + num_symbols)]
+    tree = {}
+    for length in range(depth):
+        for prefix in itertools.product(tokens[1:], repeat=length):
+            p = torch.rand(len(tokens), generator=generator, dtype=torch.float64) ** 2  # (num_symbols + 1,)
+            tree[prefix] = dict(zip(tokens, (p / p.sum()).tolist()))
+    return tree
+
+
+def best_tree_output(tree: dict, alpha: float) -> list[int]:
+    """The best output of a tree by enumeration: every prefix followed by EOS (prefixes of full depth end)."""
+
+    outputs = [[BOS_ID, *prefix, EOS_ID] for prefix, probs in tree.items() if EOS_ID in probs] + [
+        [BOS_ID, *prefix, token, EOS_ID] for prefix, probs in tree.items() for token in probs
+        if token != EOS_ID and (*prefix, token) not in tree
+    ]
+    def score(row):
+        length = torch.tensor(float(len(row) - 1), dtype=torch.float64)
+        return math.log(tree_output_probability(tree, row)) / gnmt_length_penalty(length, alpha).item()
+    return max(outputs, key=score)
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("alpha", [0.0, 0.6])
+def test_exhaustive_beam_is_exact_search_on_random_tables(seed, alpha):
+    # A beam wide enough to hold every hypothesis (40 outputs here) finds the best one, on tables whose
+    # probabilities depend on the whole prefix.
+    num_symbols, depth = 3, 3
+    tree = random_tree(num_symbols, depth, seed)
+    out = beam_search(TreeModel(tree, FIRST_SYMBOL + num_symbols), torch.tensor([[3]]), 64, depth + 1, BOS_ID,
+                      EOS_ID, alpha)
+    assert strip(out[0].tolist()) == best_tree_output(tree, alpha)
+
+
+def test_exhaustive_beam_needs_the_cache_reordered():
+    # After step 1 row 0 holds "a" (0.5), row 1 "the" (0.4). After step 2 the best prefix, "the cat" (0.36),
+    # moves to row 0. A cache whose select() does nothing leaves "a" in row 0 of the cache, so "the cat" is
+    # continued with the probabilities that follow "a cat", and "a cat" (row 1) with those of "the cat":
+    # even a beam that holds every hypothesis then returns a worse output than the best one.
+    tree = {
+        (): {A: 0.5, THE: 0.4, EOS_ID: 0.1}, (A,): {CAT: 0.55, DOG: 0.45}, (THE,): {CAT: 0.9, DOG: 0.1},
+        (A, CAT): SPREAD, (A, DOG): SPREAD,
+    }
+    src = torch.tensor([[3]])
+    best = best_tree_output(tree, 0.6)
+    assert best == [BOS_ID, THE, CAT, EOS_ID]
+    assert strip(beam_search(TreeModel(tree, 7), src, 64, 4, BOS_ID, EOS_ID)[0].tolist()) == best
+    wrong = beam_search(NoReorderTreeModel(tree, 7), src, 64, 4, BOS_ID, EOS_ID)[0].tolist()
+    assert strip(wrong) != best
+    assert tree_output_probability(tree, wrong) < tree_output_probability(tree, best)
 
 
 def test_length_penalty_ranks_hypotheses_during_the_search():
@@ -343,10 +449,20 @@ def model():
         (lambda m, s: greedy_decode(m, s, 25, BOS_ID, EOS_ID), ValueError, "config.max_len = 24"),
         (lambda m, s: greedy_decode(m, s, 5.0, BOS_ID, EOS_ID), TypeError, "max_len must be an int"),
         (lambda m, s: greedy_decode(m, s, 5, 12, EOS_ID), ValueError, "bos_id must be a target token id"),
+        (lambda m, s: greedy_decode(m, s, 5, -1, EOS_ID), ValueError, "bos_id must be a target token id"),
+        (lambda m, s: greedy_decode(m, s, 5, 1.0, EOS_ID), TypeError, "bos_id must be an int"),
+        (lambda m, s: beam_search(m, s, 2, 5, torch.tensor(1), EOS_ID), TypeError, "bos_id must be an int"),
+        (lambda m, s: greedy_decode(m, s, 5, BOS_ID, 2.0), TypeError, "eos_id must be an int"),
+        (lambda m, s: beam_search(m, s, 2, 5, BOS_ID, "2"), TypeError, "eos_id must be an int"),
         (lambda m, s: beam_search(m, s, 0, 5, BOS_ID, EOS_ID), ValueError, "beam_size must be an int >= 1"),
-        (lambda m, s: beam_search(m, s, 2.5, 5, BOS_ID, EOS_ID), ValueError, "beam_size must be an int >= 1"),
+        (lambda m, s: beam_search(m, s, 2.5, 5, BOS_ID, EOS_ID), TypeError, "beam_size must be an int >= 1"),
+        (lambda m, s: beam_search(m, s, True, 5, BOS_ID, EOS_ID), TypeError, "beam_size must be an int >= 1"),
         (lambda m, s: beam_search(m, s, 2, 0, BOS_ID, EOS_ID), ValueError, "max_len must be between 1"),
+        (lambda m, s: beam_search(m, s, 2, 5.0, BOS_ID, EOS_ID), TypeError, "max_len must be an int"),
         (lambda m, s: beam_search(m, s, 2, 5, BOS_ID, EOS_ID, length_penalty=-0.5), ValueError, "length_penalty"),
+        (lambda m, s: beam_search(m, s, 2, 5, BOS_ID, EOS_ID, length_penalty=math.nan), ValueError, "length_penalty"),
+        (lambda m, s: beam_search(m, s, 2, 5, BOS_ID, EOS_ID, length_penalty="0.6"), TypeError, "length_penalty"),
+        (lambda m, s: beam_search(m, s, 2, 5, BOS_ID, EOS_ID, length_penalty=None), TypeError, "length_penalty"),
         (lambda m, s: hypothesis_score(m, s, s[:, :1], EOS_ID), ValueError, r"tokens must have shape"),
     ],
 )

@@ -349,7 +349,7 @@ def test_padding_mask_rejects_bad_tokens():
 
 
 def test_causal_mask_rejects_bad_sizes():
-    with pytest.raises(ValueError, match="size must be a positive sequence length; got 0"):
+    with pytest.raises(ValueError, match=r"size must be a positive sequence length; got 0; pass .* tokens.size\(1\)"):
         causal_mask(0)
     with pytest.raises(ValueError, match="got -3"):
         causal_mask(-3)

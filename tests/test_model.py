@@ -42,28 +42,51 @@ def random_tokens(batch: int, length: int, vocab: int, lengths: list[int] | None
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 @pytest.mark.parametrize("shape", [(7,), (3, 7), (2, 5, 7)])
-def test_layer_norm_matches_torch(dtype, shape):
+def test_layer_norm_formula_matches_torch(dtype, shape):
+    """The written-out formula `layer_norm` against torch.nn.LayerNorm: values and all three gradients."""
     torch.manual_seed(0)
-    ours, reference = LayerNorm(shape[-1]).to(dtype), nn.LayerNorm(shape[-1]).to(dtype)
+    reference = nn.LayerNorm(shape[-1]).to(dtype)
     with torch.no_grad():
-        ours.weight.normal_()
-        ours.bias.normal_()
-    reference.load_state_dict(ours.state_dict())
+        reference.weight.normal_()
+        reference.bias.normal_()
+    weight = reference.weight.detach().clone().requires_grad_(True)
+    bias = reference.bias.detach().clone().requires_grad_(True)
     x = (4.0 + 3.0 * torch.randn(shape)).to(dtype)
-    assert_close(ours(x), reference(x))
-    assert_close(layer_norm(x, ours.weight, ours.bias), reference(x))  # the formula, term by term
-    assert ours.eps == reference.eps == LAYER_NORM_EPS
+    x_ours, x_ref = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
+    y, y_ref = layer_norm(x_ours, weight, bias), reference(x_ref)
+    assert_close(y, y_ref)
+    upstream = torch.randn_like(y)
+    y.backward(upstream)
+    y_ref.backward(upstream)
+    assert_close(x_ours.grad, x_ref.grad)
+    assert_close(weight.grad, reference.weight.grad)
+    assert_close(bias.grad, reference.bias.grad)
+    assert reference.eps == LAYER_NORM_EPS
 
 
-def test_layer_norm_formula_gradients_match_torch():
+def test_layer_norm_formula_is_not_compared_with_itself():
+    """The formula differs from nn.LayerNorm when its epsilon or its variance is wrong: the check can fail."""
     torch.manual_seed(0)
-    ours, reference = LayerNorm(6).double(), nn.LayerNorm(6).double()
-    x = torch.randn(4, 6, dtype=torch.float64, requires_grad=True)
-    x_ref = x.detach().clone().requires_grad_(True)
-    (layer_norm(x, ours.weight, ours.bias) ** 3).sum().backward()
-    (reference(x_ref) ** 3).sum().backward()
-    assert_close(x.grad, x_ref.grad)
-    assert_close(ours.weight.grad, reference.weight.grad)
+    reference = nn.LayerNorm(5)
+    x = 0.01 * torch.randn(3, 5)  # small variance, where epsilon matters
+    with pytest.raises(AssertionError):
+        assert_close(layer_norm(x, reference.weight, reference.bias, eps=1e-3), reference(x))
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_layer_norm_module_computes_the_formula(dtype):
+    """The module runs PyTorch's fused kernel; it must compute what `layer_norm` writes out, gradients included."""
+    torch.manual_seed(0)
+    module = LayerNorm(7).to(dtype)
+    with torch.no_grad():
+        module.weight.normal_()
+        module.bias.normal_()
+    x = (4.0 + 3.0 * torch.randn(2, 5, 7)).to(dtype).requires_grad_(True)
+    assert_close(module(x), layer_norm(x, module.weight, module.bias, module.eps))
+    (grad_module,) = torch.autograd.grad(module(x).pow(3).sum(), x)
+    (grad_formula,) = torch.autograd.grad(layer_norm(x, module.weight, module.bias).pow(3).sum(), x)
+    assert_close(grad_module, grad_formula)
+    assert module.eps == LAYER_NORM_EPS
 
 
 def test_feed_forward_is_position_wise():
@@ -208,6 +231,38 @@ def test_cached_decoding_matches_full_pass(norm_first):
     assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_cached_prefix_in_one_call_matches_full_pass(norm_first):
+    """A 5-token prefix decoded in one cached call, then one token at a time, equals the uncached pass."""
+    torch.manual_seed(0)
+    model = small_model(norm_first=norm_first).eval()
+    src = random_tokens(3, 6, 40, lengths=[6, 4, 2])
+    tgt_in = random_tokens(3, 8, 40)
+    with torch.no_grad():
+        src_mask = (src != PAD_ID)[:, None, None, :]
+        memory = model.encode(src, src_mask)
+        full = model.decode(tgt_in, memory, src_mask)
+        cache = model.new_cache()
+        prefix = model.decode(tgt_in[:, :5], memory, src_mask, cache=cache)
+        rest = [model.decode(tgt_in[:, i : i + 1], memory, src_mask, cache=cache) for i in range(5, 8)]
+    assert len(cache[0].self_attn) == 8
+    assert_close(prefix, full[:, :5], atol=1e-5, rtol=1e-5)
+    assert_close(torch.cat([prefix, *rest], dim=1), full, atol=1e-5, rtol=1e-5)
+
+
+def test_cached_chunks_after_a_cached_prefix_are_causal():
+    """Several new tokens after cached ones: token i sees the cache and new tokens 0..i, never later ones."""
+    torch.manual_seed(0)
+    model = small_model().eval()
+    src, tgt_in = random_tokens(2, 5, 40), random_tokens(2, 9, 40)
+    with torch.no_grad():
+        memory = model.encode(src)
+        full = model.decode(tgt_in, memory)
+        cache = model.new_cache()
+        chunks = [model.decode(tgt_in[:, a:b], memory, cache=cache) for a, b in ((0, 3), (3, 7), (7, 9))]
+    assert_close(torch.cat(chunks, dim=1), full, atol=1e-5, rtol=1e-5)
+
+
 # ---------------------------------------------------------------- initialisation, tying, parameter names
 
 
@@ -271,9 +326,9 @@ def test_base_model_parameter_count():
         ({"d_ff": 0}, r"d_ff must be a positive integer; got 0"),
         ({"max_len": 0}, r"max_len must be a positive integer; got 0"),
         ({"src_vocab_size": 0, "tgt_vocab_size": 0}, r"src_vocab_size must be a positive integer; got 0"),
-        ({"dropout": 1.0}, r"dropout must be in \[0, 1\); got 1.0"),
+        ({"dropout": 1.0}, r"dropout must be in \[0, 1\); got 1.0; use 0.0 to switch dropout off"),
         ({"dropout": -0.1}, r"dropout must be in \[0, 1\); got -0.1"),
-        ({"pad_id": 37000}, r"pad_id \(37000\) must be a token id in both vocabularies"),
+        ({"pad_id": 37000}, r"pad_id \(37000\) must be a token id in both vocabularies: .* reserves for padding"),
         ({"pad_id": -1}, r"pad_id \(-1\) must be a token id"),
     ],
 )
@@ -338,6 +393,28 @@ def test_bad_source_is_refused(model, src, error, message):
 def test_bad_target_is_refused(model, tgt, error, message):
     with pytest.raises(error, match=message):
         model(torch.ones(2, 4, dtype=torch.long), tgt)
+
+
+@pytest.mark.parametrize(
+    ("src", "tgt", "message"),
+    [
+        (torch.tensor([[1, 40, 2]]), torch.tensor([[1, 2]]),
+         r"src holds token ids from 1 to 40, but the vocabulary has 40 tokens \(ids 0 \.\. 39\)"),
+        (torch.tensor([[1, -1, 2]]), torch.tensor([[1, 2]]), r"src holds token ids from -1 to 2"),
+        (torch.tensor([[1, 2]]), torch.tensor([[1, 99]]),
+         r"tgt holds token ids from 1 to 99, but the vocabulary has 40 tokens"),
+    ],
+)
+def test_token_ids_outside_the_vocabulary_are_refused(model, src, tgt, message):
+    with pytest.raises(ValueError, match=message):
+        model(src, tgt)
+
+
+def test_decode_checks_the_target_vocabulary_of_an_untied_model():
+    model = small_model(tie_embeddings=False, tgt_vocab_size=25).eval()
+    memory = model.encode(random_tokens(1, 4, 40))
+    with pytest.raises(ValueError, match=r"tgt holds token ids from .* the vocabulary has 25 tokens"):
+        model.decode(torch.tensor([[1, 30]]), memory)
 
 
 def test_int32_tokens_are_accepted(model):

@@ -15,18 +15,20 @@ HYPOTHESIS = settings(max_examples=30, deadline=None)
 
 def to_torch_mha(mha: MultiHeadAttention) -> nn.MultiheadAttention:
     """torch.nn.MultiheadAttention (batch_first=True) with the weights of `mha` (in_proj_weight = q, k, v stacked)."""
-    ref = nn.MultiheadAttention(mha.d_model, mha.num_heads, batch_first=True).to(mha.q_proj.weight.dtype)
+    bias = mha.q_proj.bias is not None
+    ref = nn.MultiheadAttention(mha.d_model, mha.num_heads, bias=bias, batch_first=True).to(mha.q_proj.weight.dtype)
     with torch.no_grad():
         ref.in_proj_weight.copy_(torch.cat([mha.q_proj.weight, mha.k_proj.weight, mha.v_proj.weight]))
-        ref.in_proj_bias.copy_(torch.cat([mha.q_proj.bias, mha.k_proj.bias, mha.v_proj.bias]))
         ref.out_proj.weight.copy_(mha.out_proj.weight)
-        ref.out_proj.bias.copy_(mha.out_proj.bias)
+        if bias:
+            ref.in_proj_bias.copy_(torch.cat([mha.q_proj.bias, mha.k_proj.bias, mha.v_proj.bias]))
+            ref.out_proj.bias.copy_(mha.out_proj.bias)
     return ref.eval()
 
 
-def make_layer(d_model: int = 16, num_heads: int = 4, seed: int = 0) -> MultiHeadAttention:
+def make_layer(d_model: int = 16, num_heads: int = 4, seed: int = 0, dropout: float = 0.0) -> MultiHeadAttention:
     torch.manual_seed(seed)
-    layer = MultiHeadAttention(d_model, num_heads).double().eval()
+    layer = MultiHeadAttention(d_model, num_heads, dropout=dropout).double().eval()
     with torch.no_grad():  # non-zero biases, so that a mix-up of q/k/v biases would show
         for proj in (layer.q_proj, layer.k_proj, layer.v_proj, layer.out_proj):
             proj.bias.normal_()
@@ -85,6 +87,20 @@ def test_cross_attention_with_padding_matches_torch():
     compare_with_torch(layer, tgt, src, real[:, None, None, :], None, ~real)
 
 
+def test_without_biases_matches_torch():
+    torch.manual_seed(0)
+    layer = MultiHeadAttention(16, 4, bias=False).double().eval()
+    assert all(proj.bias is None for proj in (layer.q_proj, layer.k_proj, layer.v_proj, layer.out_proj))
+    ref = to_torch_mha(layer)
+    assert ref.in_proj_bias is None and ref.out_proj.bias is None
+    tgt = torch.randn(2, 3, 16, dtype=torch.float64)
+    src = torch.randn(2, 5, 16, dtype=torch.float64)
+    real = lengths_mask([5, 2], 5)
+    compare_with_torch(layer, src, src, None, None, None)
+    compare_with_torch(layer, tgt, src, real[:, None, None, :], None, ~real)
+    assert sum(p.numel() for p in layer.parameters()) == sum(p.numel() for p in ref.parameters()) == 4 * 16 * 16
+
+
 @HYPOTHESIS
 @given(
     batch=st.integers(1, 3),
@@ -135,6 +151,41 @@ def test_fused_and_explicit_paths_agree(batch, len_q, len_k, num_heads, mask_kin
     assert weights.shape == (batch, num_heads, len_q, len_k)
     assert torch.isfinite(fused).all()
     assert_close(fused, explicit)
+
+
+@pytest.mark.parametrize("mask_kind", ["none", "causal", "padding"])
+def test_paths_agree_in_training_mode_without_dropout(mask_kind):
+    layer = make_layer(dropout=0.0).train()
+    x = torch.randn(2, 5, 16, dtype=torch.float64)
+    masks = {
+        "none": None,
+        "causal": torch.ones(5, 5, dtype=torch.bool).tril(),
+        "padding": lengths_mask([5, 3], 5)[:, None, None, :],
+    }
+    explicit, _ = layer(x, x, x, mask=masks[mask_kind], need_weights=True)
+    fused = layer(x, x, x, mask=masks[mask_kind])
+    assert layer.training
+    assert_close(fused, explicit)
+
+
+def test_paths_agree_in_eval_mode_with_dropout():
+    layer = make_layer(dropout=0.5).eval()
+    assert layer.dropout_p == 0.5 and layer.attn_dropout.p == 0.5
+    x = torch.randn(2, 5, 16, dtype=torch.float64)
+    causal = torch.ones(5, 5, dtype=torch.bool).tril()
+    for mask in (None, causal):
+        explicit, _ = layer(x, x, x, mask=mask, need_weights=True)
+        assert_close(layer(x, x, x, mask=mask), explicit)
+        assert_close(layer(x, x, x, mask=mask), layer(x, x, x, mask=mask))  # eval mode: no randomness
+
+
+def test_dropout_in_training_mode_changes_both_paths():
+    layer = make_layer(dropout=0.5).train()
+    x = torch.randn(2, 5, 16, dtype=torch.float64)
+    torch.manual_seed(1)
+    assert not torch.allclose(layer(x, x, x), layer(x, x, x)), "the fused path applies dropout when training"
+    first, second = layer(x, x, x, need_weights=True)[1], layer(x, x, x, need_weights=True)[1]
+    assert not torch.equal(first, second), "the explicit path applies dropout to the weights when training"
 
 
 def test_weights_rows_sum_to_one_and_respect_the_mask():
@@ -251,6 +302,15 @@ def test_key_and_value_lengths_differ():
     layer = MultiHeadAttention(16, 4)
     with pytest.raises(ValueError, match=r"key and value the length L_k.*key \(2, 5, 16\), value \(2, 4, 16\)"):
         layer(torch.randn(2, 3, 16), torch.randn(2, 5, 16), torch.randn(2, 4, 16))
+
+
+def test_batch_size_mismatch_between_query_and_key():
+    layer = MultiHeadAttention(16, 4)
+    with pytest.raises(
+        ValueError,
+        match=r"must share the batch size B.*query \(2, 3, 16\), key \(3, 5, 16\), value \(3, 5, 16\)",
+    ):
+        layer(torch.randn(2, 3, 16), torch.randn(3, 5, 16), torch.randn(3, 5, 16))
 
 
 @pytest.mark.parametrize("need_weights", [False, True])

@@ -1,5 +1,7 @@
 """Tests for transformer_book.recurrent (chapter 1): RNN and LSTM cells, the sequence layer, helpers."""
 
+import re
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -133,8 +135,39 @@ def test_empty_sequence_and_bad_sizes_are_rejected():
         RecurrentLayer(RNNCell(2, 3))(torch.randn(1, 0, 2))
     with pytest.raises(ValueError, match=r"hidden_size must be a positive int, got 0"):
         LSTMCell(2, 0)
-    with pytest.raises(ValueError, match=r"x_t must have shape \(B, input_size\) = \(B, 2\), got \(3,\)"):
-        RNNCell(2, 3)(torch.randn(3), torch.zeros(1, 3))
+
+
+@pytest.mark.parametrize("kind", CELLS)
+@pytest.mark.parametrize("shape", [(), (2,), (1, 3, 2)])
+def test_cell_input_of_the_wrong_rank_is_rejected(kind, shape):
+    cell = CELLS[kind][0](2, 3)
+    x_t = torch.randn(shape)
+    dims = len(shape)
+    pattern = (
+        rf"x_t must have shape \(B, input_size\) = \(B, 2\) \(2 dims\), got shape {re.escape(str(tuple(shape)))} "
+        rf"\({dims} dims\).*x_t.unsqueeze\(0\).*RecurrentLayer"
+    )
+    with pytest.raises(ValueError, match=pattern) as error:
+        cell(x_t, cell.initial_state(1, torch.zeros(1, 2)))
+    assert "build the cell with input_size" not in str(error.value), "a rank error is not fixed by input_size"
+
+
+@pytest.mark.parametrize("kind", CELLS)
+def test_cell_input_of_the_wrong_size_is_rejected(kind):
+    cell = CELLS[kind][0](2, 3)
+    with pytest.raises(ValueError, match=r"x_t has 5 features .*input_size=2; build the cell with input_size=5"):
+        cell(torch.randn(4, 5), cell.initial_state(4, torch.zeros(4, 2)))
+
+
+def test_state_with_the_wrong_batch_size_or_rank_is_rejected():
+    cell = RNNCell(2, 3)
+    x_t = torch.randn(4, 2)
+    with pytest.raises(ValueError, match=r"\(4, 3\), got \(1, 3\); give the state one row per sequence .*B = 4"):
+        cell(x_t, torch.zeros(1, 3))
+    with pytest.raises(ValueError, match=r"\(4, 3\), got \(\); pass state=None .* a tensor of shape \(4, 3\)"):
+        cell(x_t, torch.tensor(0.0))
+    with pytest.raises(TypeError, match=r"state must be a tensor of shape \(4, 3\), got tuple"):
+        cell(x_t, (torch.zeros(4, 3), torch.zeros(4, 3)))
 
 
 def test_load_torch_weights_checks_shapes():
@@ -152,8 +185,18 @@ def test_with_spectral_radius():
         assert_close(torch.linalg.eigvals(scaled).abs().max().item(), radius)
     with pytest.raises(ValueError, match=r"square matrix \(D, D\), got shape \(2, 3\)"):
         with_spectral_radius(torch.randn(2, 3), 1.0)
-    with pytest.raises(ValueError, match=r"radius must be positive, got 0"):
+    with pytest.raises(ValueError, match=r"radius must be positive, got 0; for example 0.9"):
         with_spectral_radius(weight, 0)
+
+
+@pytest.mark.parametrize(
+    "weight",
+    [torch.zeros(4, 4), torch.triu(torch.randn(5, 5), diagonal=1), torch.tensor([[0.0, 1.0], [0.0, 0.0]]).double()],
+    ids=["zero", "strictly-upper-triangular", "nilpotent-2x2"],
+)
+def test_with_spectral_radius_refuses_a_matrix_without_nonzero_eigenvalues(weight):
+    with pytest.raises(ValueError, match=r"spectral radius 0: all its eigenvalues are zero.*nonzero eigenvalue"):
+        with_spectral_radius(weight, 0.9)
 
 
 def test_input_gradient_norms_by_distance():
@@ -167,8 +210,10 @@ def test_input_gradient_norms_by_distance():
     expected = x_leaf.grad.norm(dim=(0, 2))  # indexed by t
     assert norms.shape == (5,)
     assert_close(norms, expected.flip(0))  # indexed by distance T - t
-    with pytest.raises(ValueError, match=r"readout must have shape \(4,\)"):
+    with pytest.raises(ValueError, match=r"readout must have shape \(4,\).*got \(3,\); build it with torch.randn\(4"):
         input_gradient_norms(layer, x, torch.ones(3, dtype=torch.float64))
+    with pytest.raises(ValueError, match=r"x must have shape \(B, T, D_in\), got \(5, 3\).*x.unsqueeze\(0\)"):
+        input_gradient_norms(layer, x[0], readout)
 
 
 def test_gradient_vanishes_and_explodes_with_spectral_radius():

@@ -155,13 +155,25 @@ def test_masked_vocabulary_entry_gives_finite_loss_and_gradient(convention, smoo
         assert_close(loss, theirs)
 
 
-def test_masked_entries_at_padding_positions_are_harmless():
-    """Padding positions may have any logits, even all -inf but their own target."""
-    logits = torch.randn(2, 3, 5)
+@pytest.mark.parametrize("convention", ["uniform", "others"])
+def test_masked_entries_at_padding_positions_are_harmless(convention):
+    """Padding positions may have any logits, even a fully masked row: finite loss, finite gradients."""
+    torch.manual_seed(0)
+    clean = torch.randn(2, 3, 5)
+    logits = clean.clone()
     logits[1, 2] = -math.inf  # a padded position whose row is fully masked
+    logits.requires_grad_(True)
     target = torch.tensor([[1, 2, 3], [4, 1, PAD]])
-    loss = LabelSmoothingLoss(0.1, ignore_index=PAD)(logits, target)
+    loss_fn = LabelSmoothingLoss(0.1, ignore_index=PAD, convention=convention)
+    loss = loss_fn(logits, target)
+    loss.backward()
     assert torch.isfinite(loss)
+    assert torch.isfinite(logits.grad).all()
+    assert torch.all(logits.grad[1, 2] == 0)  # the padded position gets no gradient
+    clean.requires_grad_(True)
+    loss_fn(clean, target).backward()  # the same loss and gradients as with ordinary logits there
+    assert_close(loss, loss_fn(clean, target), rtol=0, atol=0)
+    assert_close(logits.grad, clean.grad, rtol=0, atol=0)
 
 
 def test_target_with_zero_probability_is_infinite_not_nan():
@@ -366,6 +378,22 @@ def test_float16_with_gradient_scaler_runs_on_cpu():
     batches = copy_batches(3, seed=0)
     _, _, _, state = run(batches, amp_dtype=torch.float16)
     assert len(state.losses) == 3 and all(math.isfinite(x) for x in state.losses)
+    _, _, _, full = run(batches)
+    assert state.losses != full.losses  # really computed in float16
+
+
+def test_fit_uses_the_gradient_scaler_passed_in():
+    # growth_interval=2: after two steps without an overflow the scale doubles, and the third step starts a
+    # new count. A scaler that fit did not use would still hold its initial state.
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10, growth_interval=2)
+    set_seed(0)
+    model = tiny_model()
+    optimizer = make_optimizer(model, lr=1e-3)
+    state = fit(model, copy_batches(3, seed=0), optimizer, LabelSmoothingLoss(0.1), device=CPU,
+                amp_dtype=torch.float16, scaler=scaler, progress=False)
+    assert len(state.losses) == 3
+    saved = scaler.state_dict()  # what a checkpoint stores, and what a resumed run loads
+    assert (saved["scale"], saved["_growth_tracker"]) == (2.0**11, 1)
 
 
 def test_train_step_returns_the_loss_and_moves_the_weights():

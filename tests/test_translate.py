@@ -9,16 +9,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from transformer_book import data
+from transformer_book import checkpoint, data
+from transformer_book.checkpoint import load_checkpoint, save_checkpoint
 from transformer_book.model import Transformer
 from transformer_book.translate import (
     PRESETS,
     Translator,
+    attention_weights,
     choose_preset,
-    load_checkpoint,
     model_config,
     pick_amp_dtype,
-    save_checkpoint,
     train,
 )
 
@@ -41,10 +41,32 @@ def test_choose_preset_reads_the_environment(monkeypatch):
         choose_preset("huge")
 
 
+@pytest.mark.parametrize("avx512_bf16, amx, expected", [
+    (True, False, torch.bfloat16), (False, True, torch.bfloat16), (False, False, None),
+])
+def test_amp_dtype_on_a_cpu_needs_bfloat16_instructions(monkeypatch, avx512_bf16, amx, expected):
+    # Without AVX-512 BF16 or AMX, PyTorch emulates bfloat16 products (measured 40x slower than float32).
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
+    assert pick_amp_dtype(CPU) == expected
+
+
 def test_amp_dtype_rules():
-    assert pick_amp_dtype(CPU) == torch.bfloat16
     assert pick_amp_dtype(CPU, "off") is None
+    assert pick_amp_dtype(CPU, "bfloat16") == torch.bfloat16
     assert pick_amp_dtype(CPU, "float16") == torch.float16
+    with pytest.raises(ValueError, match="amp must be 'auto'"):
+        pick_amp_dtype(CPU, "fp16")
+
+
+@pytest.mark.parametrize("native_bf16, expected", [(True, torch.bfloat16), (False, torch.float16)])
+def test_amp_dtype_on_a_gpu_ignores_emulated_bfloat16(monkeypatch, native_bf16, expected):
+    # A T4 emulates bfloat16 (slowly): torch.cuda.is_bf16_supported() says True unless emulation is excluded.
+    def is_bf16_supported(including_emulation=True):
+        return native_bf16 or including_emulation
+
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", is_bf16_supported)
+    assert pick_amp_dtype(torch.device("cuda")) == expected
 
 
 @pytest.fixture()
@@ -89,6 +111,64 @@ def test_missing_checkpoint_says_what_to_pass(tmp_path):
         load_checkpoint(tmp_path / "nothing")
 
 
+def test_checkpoint_json_without_its_keys_or_cut_short_is_refused(small_checkpoint):
+    _, path = small_checkpoint
+    info_file = path / "checkpoint.json"
+    text = info_file.read_text()
+    info_file.write_text(text[: len(text) // 2])
+    with pytest.raises(ValueError, match="not valid JSON"):
+        load_checkpoint(path)
+    info = json.loads(text)
+    del info["config"]
+    info_file.write_text(json.dumps(info))
+    with pytest.raises(ValueError, match=r"has no \['config'\]"):
+        load_checkpoint(path)
+
+
+def test_save_that_fails_half_way_keeps_the_previous_checkpoint(small_checkpoint, monkeypatch):
+    model, path = small_checkpoint
+    before = (path / "model.safetensors").read_bytes()
+    calls = []
+
+    def save_file_then_crash(tensors, filename):
+        calls.append(filename)
+        if len(calls) == 2:  # the optimizer file: the process "dies" after the weights were written
+            raise OSError("disk full")
+        return real_save_file(tensors, filename)
+
+    real_save_file = checkpoint.save_file
+    monkeypatch.setattr(checkpoint, "save_file", save_file_then_crash)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(1.0)  # the new checkpoint would hold other weights
+    with pytest.raises(OSError, match="disk full"):
+        save_checkpoint(path, model, torch.optim.Adam(model.parameters()), {}, path / "tokenizer.json")
+    assert (path / "model.safetensors").read_bytes() == before
+    reloaded, info = load_checkpoint(path)
+    assert info["note"] == "test"
+
+
+def test_translator_checks_its_arguments_and_moves_the_model(small_checkpoint):
+    _, path = small_checkpoint
+    translator = Translator.from_checkpoint(path, "cpu")
+    assert next(translator.model.parameters()).device == CPU
+    with pytest.raises(ValueError, match="beam_size must be an int >= 1"):
+        translator.translate("ein hund", beam_size=0)
+    with pytest.raises(ValueError, match="max_new_tokens must be between 1 and"):
+        translator.translate("ein hund", max_new_tokens=10_000)
+    assert isinstance(translator.translate("ein hund", beam_size=2, max_new_tokens=3), str)
+
+
+def test_attention_weights_restore_the_training_mode(small_checkpoint):
+    model, _ = small_checkpoint
+    model.train()
+    src, tgt = torch.tensor([[5, 6, 2]]), torch.tensor([[1, 5]])
+    weights = attention_weights(model, src, tgt, "decoder.layers.0.cross_attn")
+    assert model.training
+    assert weights.shape == (1, model.config.num_heads, 2, 3)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(1, model.config.num_heads, 2))
+
+
 def test_interrupted_save_falls_back_to_the_old_checkpoint(small_checkpoint):
     model, path = small_checkpoint
     path.rename(path.with_name("ckpt.old"))  # as if the process died between the two renames
@@ -98,8 +178,9 @@ def test_interrupted_save_falls_back_to_the_old_checkpoint(small_checkpoint):
 
 
 @needs_data
-def test_resume_after_interruption_gives_the_same_final_loss(tmp_path):
-    whole = train(TINY, tmp_path / "whole", device=CPU, progress=False, log=lambda *_: None)
+def test_resume_after_interruption_gives_the_same_final_loss(tmp_path, capsys):
+    whole = train(TINY, tmp_path / "whole", device=CPU, progress=False)
+    assert capsys.readouterr().out == "", "the package prints nothing unless given log="
     steps = whole["train_state"]["step"]
     assert steps > 6
     first = train(TINY, tmp_path / "split", device=CPU, progress=False, log=lambda *_: None, max_steps=steps // 2 + 1)
@@ -107,6 +188,19 @@ def test_resume_after_interruption_gives_the_same_final_loss(tmp_path):
     resumed = train(TINY, tmp_path / "split", device=CPU, progress=False, log=lambda *_: None)
     assert resumed["train_state"]["step"] == steps
     assert resumed["train_state"]["losses"] == whole["train_state"]["losses"]  # bit for bit
+
+
+@needs_data
+def test_float16_resume_restores_the_gradient_scaler(tmp_path):
+    fp16 = dataclasses.replace(TINY, amp="float16")
+    whole = train(fp16, tmp_path / "whole", device=CPU, progress=False)
+    steps = whole["train_state"]["step"]
+    train(fp16, tmp_path / "split", device=CPU, progress=False, max_steps=steps // 2)
+    saved = json.loads((tmp_path / "split" / "last" / "checkpoint.json").read_text())
+    assert saved["scaler"]["scale"] > 0 and "_growth_tracker" in saved["scaler"]
+    resumed = train(fp16, tmp_path / "split", device=CPU, progress=False)
+    assert resumed["scaler"] == whole["scaler"]
+    assert resumed["train_state"]["losses"] == whole["train_state"]["losses"]
 
 
 @needs_data

@@ -16,6 +16,7 @@ import re
 import shutil
 import tempfile
 import unicodedata
+import urllib.error
 import urllib.request
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -42,7 +43,7 @@ SPLITS = {"train": "train", "val": "val", "test2016": "test_2016_flickr"}  # spl
 LANGUAGES = ("de", "en")
 DATA_ENV = "TRANSFORMER_BOOK_DATA"  # a folder holding multi30k/, used instead of any download
 DEFAULT_DATA_ROOT = Path("~/.cache/transformer_book")
-DOWNLOAD_ATTEMPTS = 2  # a download whose checksum is wrong is fetched once more, then we give up
+DOWNLOAD_ATTEMPTS = 2  # a download that breaks off or arrives corrupt is tried once more, then we give up
 _DOWNLOAD_TIMEOUT_S = 60
 _HASH_CHUNK_BYTES = 1 << 20
 
@@ -63,6 +64,10 @@ def _fetch(url: str, dest: Path) -> None:
     """Copy the bytes at url into the file dest: the only code in this module that uses the network."""
     with urllib.request.urlopen(url, timeout=_DOWNLOAD_TIMEOUT_S) as response, open(dest, "wb") as out:
         shutil.copyfileobj(response, out)
+        # http.client ends a body that stops short without an error; compare with the announced length
+        announced = response.headers.get("Content-Length")
+        if announced is not None and out.tell() != int(announced):
+            raise ConnectionError(f"the transfer stopped after {out.tell()} of {announced} bytes")
 
 # %% ../../chapters/09_translation_data.ipynb #64939cee
 def _check_local_copy(folder: Path) -> Path:
@@ -85,10 +90,13 @@ _OFFLINE_ADVICE = (
     f"On a machine without internet, copy the six files ({', '.join(MULTI30K_FILES)}) from "
     f"{MULTI30K_URL}/ into a folder DIR/multi30k/ and set the environment variable {DATA_ENV}=DIR."
 )
+# the transfer failed (no network, refused, broken off, timed out, an HTTP error): possibly passing trouble
+_TRANSFER_ERRORS = (urllib.error.URLError, http.client.HTTPException, ConnectionError, TimeoutError)
 
 
 def _download_verified(name: str, folder: Path) -> None:
     url, expected = f"{MULTI30K_URL}/{name}", MULTI30K_FILES[name]
+    failures = []  # what went wrong in each attempt, for the error message
     for _ in range(DOWNLOAD_ATTEMPTS):
         # the temporary file sits in the target folder, so that os.replace is a rename, never a copy
         fd, tmp_name = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".part")
@@ -96,21 +104,27 @@ def _download_verified(name: str, folder: Path) -> None:
         tmp = Path(tmp_name)
         try:
             _fetch(url, tmp)
-            actual = _sha256(tmp)
-            if actual == expected:
-                os.replace(tmp, folder / name)
+            if (actual := _sha256(tmp)) == expected:
+                os.replace(tmp, folder / name)  # only verified bytes ever get the real name
                 return
-        except (OSError, http.client.HTTPException) as err:  # URLError and timeouts are OSErrors
-            raise DataError(
-                f"Could not download {name} from {url} ({err}), and {folder.absolute()} holds no "
-                "verified copy of it. " + _OFFLINE_ADVICE
-            ) from err
+            failures.append(f"wrong sha256 {actual}")
+        except _TRANSFER_ERRORS as err:
+            failures.append(f"{type(err).__name__}: {err}")
+        except OSError as err:  # this machine's problem (disk full, no permission): a retry would not help
+            raise DataError(f"Could not write the download of {name} into {folder.absolute()}: {err}") from err
         finally:
             tmp.unlink(missing_ok=True)
+    hints = []
+    if any(f.startswith("wrong sha256") for f in failures):
+        hints.append(
+            f"The expected sha256 is {expected}: the file upstream may have changed, or something between "
+            "you and it rewrites downloads."
+        )
+    if not all(f.startswith("wrong sha256") for f in failures):
+        hints.append("A connection that fails or breaks off may work later: run this again.")
     raise DataError(
-        f"Downloaded {name} from {url} {DOWNLOAD_ATTEMPTS} times and its sha256 was {actual} instead of "
-        f"{expected}: the file upstream may have changed, or something between you and it rewrites "
-        "downloads. " + _OFFLINE_ADVICE
+        f"Could not download {name} from {url} in {DOWNLOAD_ATTEMPTS} attempts ({'; '.join(failures)}), "
+        f"and {folder.absolute()} holds no verified copy of it. {' '.join(hints)} {_OFFLINE_ADVICE}"
     )
 
 # %% ../../chapters/09_translation_data.ipynb #1e0c249c

@@ -20,7 +20,7 @@ GNMT_LENGTH_OFFSET = 5.0  # the 5 of lp(Y) = ((5 + |Y|) / (5 + 1))^alpha (Wu et 
 MAX_NGRAM_ORDER = 4  # BLEU-4: precisions of 1-, 2-, 3- and 4-grams
 
 # %% ../../chapters/08_decoding.ipynb #0b4722c3
-def _check_decoding_inputs(model: nn.Module, src: Tensor, max_len: int, bos_id: int) -> None:
+def _check_decoding_inputs(model: nn.Module, src: Tensor, max_len: int, bos_id: int, eos_id: int) -> None:
     """Raise a clear error for arguments the decoders cannot use."""
     config = model.config
     if not isinstance(src, Tensor):
@@ -50,8 +50,14 @@ def _check_decoding_inputs(model: nn.Module, src: Tensor, max_len: int, bos_id: 
             f"max_len must be between 1 and the model's config.max_len = {config.max_len} (the decoder reads "
             f"positions 0 .. max_len - 1); got {max_len}"
         )
-    if isinstance(bos_id, bool) or not isinstance(bos_id, int) or not 0 <= bos_id < config.tgt_vocab_size:
-        raise ValueError(f"bos_id must be a target token id, 0 .. {config.tgt_vocab_size - 1}; got {bos_id!r}")
+    if isinstance(bos_id, bool) or not isinstance(bos_id, int):
+        raise TypeError(f"bos_id must be an int, a target token id; got {bos_id!r}")
+    if not 0 <= bos_id < config.tgt_vocab_size:
+        raise ValueError(f"bos_id must be a target token id, 0 .. {config.tgt_vocab_size - 1}; got {bos_id}")
+    if isinstance(eos_id, bool) or not isinstance(eos_id, int):
+        raise TypeError(
+            f"eos_id must be an int (one the model never produces, such as -1, never stops); got {eos_id!r}"
+        )
 
 # %% ../../chapters/08_decoding.ipynb #6e9b051f
 @contextmanager
@@ -75,7 +81,7 @@ def greedy_decode(
     T_out <= max_len; after a sentence's EOS come pad ids. use_cache=False recomputes the whole prefix at
     every step (same tokens, slower). The model runs in eval mode; its mode is restored afterwards.
     """
-    _check_decoding_inputs(model, src, max_len, bos_id)
+    _check_decoding_inputs(model, src, max_len, bos_id, eos_id)
     with _eval_mode(model):
         pad_id = model.config.pad_id
         src_mask = padding_mask(src, pad_id)  # (B, 1, 1, T_src)
@@ -149,23 +155,30 @@ def beam_search(
     """Keep the beam_size best partial outputs per sentence; return the best one of each sentence.
 
     Hypotheses are ranked by s(Y, X) = log p(Y | X) / lp(Y), with lp the GNMT length penalty of exponent
-    length_penalty (0 turns it off); finished ones stay in the beam. The search stops when all hypotheses
-    have produced eos_id or after max_len steps (then unfinished ones compete too). src (B, T_src) ->
-    (B, 1 + T_out) long, starting with BOS, padded after EOS. beam_size=1 gives greedy_decode's output.
+    length_penalty (0 turns it off); finished ones stay in the beam, and the best finished one of each
+    sentence is also remembered, so that it is returned even if unfinished hypotheses push it out of the
+    beam and then end worse. The search stops when all hypotheses have produced eos_id or after max_len
+    steps (then unfinished ones compete too). src (B, T_src) -> (B, 1 + T_out) long, starting with BOS,
+    padded after EOS. beam_size=1 gives greedy_decode's output.
     The model runs in eval mode; its mode is restored afterwards.
     """
-    _check_decoding_inputs(model, src, max_len, bos_id)
-    if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
-        raise ValueError(f"beam_size must be an int >= 1 (1 is greedy decoding); got {beam_size!r}")
-    if isinstance(length_penalty, bool) or not isinstance(length_penalty, (int, float)) or not length_penalty >= 0:
-        raise ValueError(f"length_penalty (alpha) must be a number >= 0 (the paper: 0.6); got {length_penalty!r}")
+    _check_decoding_inputs(model, src, max_len, bos_id, eos_id)
+    if isinstance(beam_size, bool) or not isinstance(beam_size, int):
+        raise TypeError(f"beam_size must be an int >= 1 (1 is greedy decoding); got {beam_size!r}")
+    if beam_size < 1:
+        raise ValueError(f"beam_size must be an int >= 1 (1 is greedy decoding); got {beam_size}")
+    if isinstance(length_penalty, bool) or not isinstance(length_penalty, (int, float)):
+        raise TypeError(f"length_penalty (alpha) must be a number >= 0 (the paper: 0.6); got {length_penalty!r}")
+    if not length_penalty >= 0:  # also rejects NaN
+        raise ValueError(f"length_penalty (alpha) must be a number >= 0 (the paper: 0.6); got {length_penalty}")
     with _eval_mode(model):
         pad_id = model.config.pad_id
         batch, k = src.size(0), beam_size
         device = src.device
-        src = src.repeat_interleave(k, dim=0)  # (B*K, T_src): every hypothesis has its own copy
-        src_mask = padding_mask(src, pad_id)  # (B*K, 1, 1, T_src)
-        memory = model.encode(src, src_mask)  # (B*K, T_src, D)
+        src_mask = padding_mask(src, pad_id)  # (B, 1, 1, T_src)
+        memory = model.encode(src, src_mask)  # (B, T_src, D): each source encoded once
+        memory = memory.repeat_interleave(k, dim=0)  # (B*K, T_src, D): one copy per hypothesis
+        src_mask = src_mask.repeat_interleave(k, dim=0)  # (B*K, 1, 1, T_src)
         cache = model.new_cache()
         dtype = _score_dtype(memory)
         tokens = torch.full((batch * k, 1), bos_id, dtype=torch.long, device=device)  # (B*K, 1)
@@ -174,6 +187,9 @@ def beam_search(
         lengths = torch.zeros(batch, k, dtype=dtype, device=device)  # (B, K): tokens generated, EOS included
         finished = torch.zeros(batch, k, dtype=torch.bool, device=device)  # (B, K)
         offsets = torch.arange(batch, device=device)[:, None] * k  # (B, 1): first row of each sentence
+        rows = torch.arange(batch, device=device)  # (B,)
+        best_done_score = torch.full((batch,), float("-inf"), dtype=dtype, device=device)  # (B,): s(Y, X)
+        best_done = torch.full((batch, 1 + max_len), pad_id, dtype=torch.long, device=device)  # (B, 1 + max_len)
         for _ in range(max_len):
             logits = model.decode(tokens[:, -1:], memory, src_mask, cache=cache)[:, -1]  # (B*K, V)
             log_probs = torch.log_softmax(logits.to(dtype), dim=-1).view(batch, k, -1)  # (B, K, V)
@@ -194,10 +210,20 @@ def beam_search(
             tokens = torch.cat([tokens[flat_origin], next_token.view(-1, 1)], dim=1)  # (B*K, t + 1)
             for layer_cache in cache:
                 layer_cache.self_attn.select(flat_origin)  # the cached prefixes follow their hypotheses
+            # Remember each sentence's best finished hypothesis: later steps may push it out of the beam.
+            done_score = scores / gnmt_length_penalty(lengths, length_penalty)  # (B, K): s(Y, X)
+            done_best, done_at = done_score.masked_fill(~finished, float("-inf")).max(dim=-1)  # (B,), (B,)
+            improved = done_best > best_done_score  # (B,)
+            best_done_score = torch.where(improved, done_best, best_done_score)  # (B,)
+            new_best = tokens.view(batch, k, -1)[rows, done_at]  # (B, t + 1)
+            best_done[improved, : new_best.size(1)] = new_best[improved]  # (B, 1 + max_len), pad after EOS
             if finished.all():
                 break
-        best = (scores / gnmt_length_penalty(lengths, length_penalty)).argmax(dim=-1)  # (B,)
-        chosen = tokens.view(batch, k, -1)[torch.arange(batch, device=device), best]  # (B, 1 + T_out)
+        final = scores / gnmt_length_penalty(lengths, length_penalty)  # (B, K): s(Y, X) of the last beam
+        best = final.argmax(dim=-1)  # (B,)
+        chosen = tokens.view(batch, k, -1)[rows, best]  # (B, 1 + T_out)
+        from_record = best_done_score > final[rows, best]  # (B,): a finished hypothesis that left the beam won
+        chosen[from_record] = best_done[from_record, : chosen.size(1)]
     return chosen
 
 # %% ../../chapters/08_decoding.ipynb #ee652856

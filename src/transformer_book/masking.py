@@ -57,7 +57,8 @@ def padding_mask(tokens: Tensor, pad_id: int) -> Tensor:
     """Which keys are real tokens: (B, T) token ids -> (B, 1, 1, T) boolean, True = may be attended to.
 
     The singleton dimensions broadcast over heads and queries against scores of shape (B, H, L_q, T).
-    Only keys (columns) are masked: a padding position may still ask a query; its output is ignored later.
+    Only keys (columns) are masked. The queries (rows) of padding positions still attend to the real tokens;
+    the outputs they produce are never used, since the loss skips padding labels.
     """
     _check_token_ids("tokens", tokens)
     return (tokens != pad_id)[:, None, None, :]  # (B, 1, 1, T): broadcasts over heads and queries
@@ -75,7 +76,10 @@ def causal_mask(size: int, device: torch.device | str | None = None) -> Tensor:
     except TypeError:
         raise TypeError(f"size must be an integer sequence length; got {type(size).__name__} {size!r}") from None
     if size < 1:
-        raise ValueError(f"size must be a positive sequence length; got {size}")
+        raise ValueError(
+            f"size must be a positive sequence length; got {size}; pass the number of positions, tokens.size(1), "
+            f"and leave empty sequences out of the batch"
+        )
     return torch.ones(size, size, dtype=torch.bool, device=device).tril()  # (T, T): allowed[i, j] = j <= i
 
 # %% ../../chapters/05_masking.ipynb #ba8b32e0

@@ -52,7 +52,7 @@ class LayerNorm(nn.Module):
 
     y = gamma * (x - mean) / sqrt(var + eps) + beta (the function `layer_norm`), with the mean and the biased
     variance over the D features. x (..., D) -> (..., D). Same parameters (weight = gamma, bias = beta) and
-    formula as torch.nn.LayerNorm(d_model, eps).
+    formula as torch.nn.LayerNorm(d_model, eps), computed by the same fused kernel, F.layer_norm.
     """
 
     def __init__(self, d_model: int, eps: float = LAYER_NORM_EPS):
@@ -233,7 +233,9 @@ class TransformerConfig:
         if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)):
             raise TypeError(f"dropout must be a float; got {self.dropout!r}")
         if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1); got {self.dropout}")
+            raise ValueError(
+                f"dropout must be in [0, 1); got {self.dropout}; use 0.0 to switch dropout off (the paper uses 0.1)"
+            )
         if self.tie_embeddings and self.src_vocab_size != self.tgt_vocab_size:
             raise ValueError(
                 f"tie_embeddings=True shares one embedding matrix, so src_vocab_size ({self.src_vocab_size}) "
@@ -242,7 +244,8 @@ class TransformerConfig:
         if not 0 <= self.pad_id < min(self.src_vocab_size, self.tgt_vocab_size):
             raise ValueError(
                 f"pad_id ({self.pad_id}) must be a token id in both vocabularies: "
-                f"0 <= pad_id < {min(self.src_vocab_size, self.tgt_vocab_size)}"
+                f"0 <= pad_id < {min(self.src_vocab_size, self.tgt_vocab_size)}; pass the id the vocabulary "
+                f"reserves for padding (0 in this book)"
             )
 
 # %% ../../chapters/06_the_transformer.ipynb #53eb9e18
@@ -295,13 +298,21 @@ class Transformer(nn.Module):
     ) -> Tensor:
         """tgt (B, T_tgt), memory (B, T_src, D) -> logits (B, T_tgt, V).
 
-        tgt_mask defaults to the causal mask. With a cache (from new_cache(), chapter 8), tgt holds only the
-        new tokens, which may attend to everything cached, and positions continue after the cached ones.
+        src_mask (B, 1, 1, T_src): pass the mask the encoder used whenever the source has padding. memory holds
+        vectors, not token ids, so decode cannot rebuild the mask; with src_mask=None the cross-attention also
+        attends to the padded memory positions. tgt_mask defaults to the causal mask. With a cache (from
+        new_cache(), chapter 8), tgt holds only the new tokens and positions continue after the cached ones;
+        new token i may attend to every cached position and to new tokens 0 .. i.
         """
         self._check_tokens("tgt", tgt, self.config.tgt_vocab_size)
         offset = len(cache[0].self_attn) if cache is not None else 0  # positions already decoded
         if tgt_mask is None and cache is None:
             tgt_mask = causal_mask(tgt.size(1), tgt.device)  # (T_tgt, T_tgt)
+        elif tgt_mask is None and tgt.size(1) > 1:  # one new token may see every key: it needs no mask
+            # New token i sits at position offset + i and may attend to keys j <= offset + i.
+            tgt_mask = torch.ones(tgt.size(1), offset + tgt.size(1), dtype=torch.bool, device=tgt.device).tril(
+                diagonal=offset
+            )  # (T_tgt, offset + T_tgt)
         x = self.embed(tgt, self.tgt_embed, offset)  # (B, T_tgt, D)
         return self.generator(self.decoder(x, memory, src_mask, tgt_mask, cache))  # (B, T_tgt, V)
 
@@ -321,12 +332,19 @@ class Transformer(nn.Module):
 
     @staticmethod
     def _check_tokens(name: str, tokens: Tensor, vocab_size: int) -> None:
+        """Token ids must be a non-empty (B, T) integer tensor with every id in 0 .. vocab_size - 1."""
         if tokens.dim() != 2:
             raise ValueError(f"{name} must be token ids of shape (B, T); got shape {tuple(tokens.shape)}")
         if tokens.dtype not in (torch.int64, torch.int32):
             raise TypeError(f"{name} must hold integer token ids (torch.long); got dtype {tokens.dtype}")
         if tokens.size(1) == 0:
             raise ValueError(f"{name} is empty (length 0); every sequence needs at least one token")
+        low, high = (int(v) for v in torch.aminmax(tokens))
+        if low < 0 or high >= vocab_size:
+            raise ValueError(
+                f"{name} holds token ids from {low} to {high}, but the vocabulary has {vocab_size} tokens "
+                f"(ids 0 .. {vocab_size - 1}); encode the text with the vocabulary the model was built for"
+            )
 
 # %% ../../chapters/06_the_transformer.ipynb #d0c5caaf
 def _torch_layer_state(layer: nn.Module) -> dict[str, Tensor]:

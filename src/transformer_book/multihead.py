@@ -56,12 +56,12 @@ class MultiHeadAttention(nn.Module):
                 f"{[h for h in range(1, min(d_model, 64) + 1) if d_model % h == 0]}"
             )
         self.d_model, self.num_heads, self.d_head = d_model, num_heads, d_model // num_heads
-        self.dropout = dropout
+        self.dropout_p = dropout  # a probability, for the fused path
         self.q_proj = nn.Linear(d_model, d_model, bias=bias)  # W^Q_1 ... W^Q_H side by side
         self.k_proj = nn.Linear(d_model, d_model, bias=bias)  # W^K_1 ... W^K_H
         self.v_proj = nn.Linear(d_model, d_model, bias=bias)  # W^V_1 ... W^V_H
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)  # W^O
-        self.attn_dropout = nn.Dropout(dropout)
+        self.attn_dropout = nn.Dropout(dropout)  # the same probability as a module, for the explicit path
 
     def split_heads(self, x: Tensor) -> Tensor:
         """(B, T, D) -> (B, H, T, D_h)."""
@@ -139,8 +139,8 @@ class MultiHeadAttention(nn.Module):
             # head_i = softmax(Q_i K_i^T / sqrt(D_h)) V_i for every head at once, weights kept:
             out, weights = scaled_dot_product_attention(q, k, v, mask, self.attn_dropout)  # (B, H, L_q, D_h)
             return self.out_proj(self.merge_heads(out)), weights  # Concat(heads) W^O: (B, L_q, D)
-        # The same head_i in PyTorch's fused kernel (FlashAttention / memory-efficient attention on a GPU).
+        # The same head_i through PyTorch's fused function, which picks a kernel for the device, dtype and mask.
         out = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0
+            q, k, v, attn_mask=mask, dropout_p=self.dropout_p if self.training else 0.0
         )  # (B, H, L_q, D_h)
         return self.out_proj(self.merge_heads(out))  # Concat(heads) W^O: (B, L_q, D)

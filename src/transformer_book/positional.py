@@ -30,8 +30,9 @@ def sinusoidal_encoding(max_len: int, d_model: int) -> Tensor:
     if max_len < 1:
         raise ValueError(f"max_len must be at least 1 (the number of positions in the table); got {max_len}")
     position = torch.arange(max_len, dtype=torch.float32).unsqueeze(1)  # (max_len, 1)
-    # 1 / 10000^(2i/d_model) = exp(-2i ln(10000) / d_model), for 2i = 0, 2, ..., d_model - 2
-    inv_freq = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(PE_BASE) / d_model))
+    # 1 / 10000^(2i/d_model) = exp(-2i ln(10000) / d_model)
+    two_i = torch.arange(0, d_model, 2, dtype=torch.float32)  # (D/2,): 2i = 0, 2, ..., d_model - 2
+    inv_freq = torch.exp(two_i * (-math.log(PE_BASE) / d_model))  # (D/2,): omega_i
     angles = position * inv_freq  # (max_len, D/2): pos / 10000^(2i/d_model)
     pe = torch.zeros(max_len, d_model)  # (max_len, D)
     pe[:, 0::2] = torch.sin(angles)  # PE(pos, 2i)

@@ -19,19 +19,33 @@ def _check_size(name: str, value: int) -> None:
 
 
 def _check_step_input(x_t: Tensor, input_size: int) -> None:
-    if x_t.dim() != 2 or x_t.shape[-1] != input_size:
+    if x_t.dim() != 2:
         raise ValueError(
-            f"x_t must have shape (B, input_size) = (B, {input_size}), got {tuple(x_t.shape)}; "
-            f"build the cell with input_size={x_t.shape[-1]} or reshape x_t to (B, {input_size})"
+            f"x_t must have shape (B, input_size) = (B, {input_size}) (2 dims), got shape {tuple(x_t.shape)} "
+            f"({x_t.dim()} dims); a cell takes one time step of a batch: add a batch axis with x_t.unsqueeze(0) "
+            f"for a single example, and give a whole sequence (B, T, {input_size}) to RecurrentLayer instead"
+        )
+    if x_t.shape[1] != input_size:
+        raise ValueError(
+            f"x_t has {x_t.shape[1]} features in its last dim but the cell has input_size={input_size}; "
+            f"build the cell with input_size={x_t.shape[1]} or project x_t to {input_size} features"
         )
 
 
 def _check_hidden(name: str, h: Tensor, batch_size: int, hidden_size: int) -> None:
-    if tuple(h.shape) != (batch_size, hidden_size):
-        raise ValueError(
-            f"{name} must have shape (B, hidden_size) = ({batch_size}, {hidden_size}), got {tuple(h.shape)}; "
-            f"pass state=None to start from zeros, or build the cell with hidden_size={h.shape[-1]}"
-        )
+    if not isinstance(h, Tensor):
+        raise TypeError(f"{name} must be a tensor of shape ({batch_size}, {hidden_size}), got {type(h).__name__}")
+    if tuple(h.shape) == (batch_size, hidden_size):
+        return
+    if h.dim() == 2 and h.shape[0] == batch_size:  # only the width is wrong
+        advice = f"pass state=None to start from zeros, or build the cell with hidden_size={h.shape[1]}"
+    elif h.dim() == 2 and h.shape[1] == hidden_size:  # only the batch size is wrong
+        advice = f"give the state one row per sequence of the batch (B = {batch_size}), or pass state=None"
+    else:
+        advice = f"pass state=None to start from zeros, or a tensor of shape ({batch_size}, {hidden_size})"
+    raise ValueError(
+        f"{name} must have shape (B, hidden_size) = ({batch_size}, {hidden_size}), got {tuple(h.shape)}; {advice}"
+    )
 
 
 def _init_uniform(module: nn.Module, hidden_size: int) -> None:
@@ -162,13 +176,26 @@ def load_torch_weights(cell: RNNCell | LSTMCell, module: nn.Module) -> None:
 
 # %% ../../chapters/01_rnn_limits.ipynb #387d0752
 def with_spectral_radius(weight: Tensor, radius: float) -> Tensor:
-    """Return `weight` (D, D) rescaled so that its largest |eigenvalue| equals `radius`."""
+    """Return `weight` (D, D) rescaled so that its largest |eigenvalue| equals `radius`.
+
+    Raises ValueError when every eigenvalue of `weight` is zero to rounding (a zero or nilpotent matrix): no
+    rescaling can give such a matrix a positive spectral radius.
+    """
     if weight.dim() != 2 or weight.shape[0] != weight.shape[1]:
         raise ValueError(f"weight must be a square matrix (D, D), got shape {tuple(weight.shape)}")
     if radius <= 0:
-        raise ValueError(f"radius must be positive, got {radius}")
-    current = torch.linalg.eigvals(weight.detach()).abs().max()  # spectral radius ρ(W)
-    return weight.detach() * (radius / current)  # (D, D)
+        raise ValueError(
+            f"radius must be positive, got {radius}; for example 0.9 (gradients vanish) or 2.0 (they explode)"
+        )
+    weight = weight.detach()
+    current = torch.linalg.eigvals(weight).abs().max()  # spectral radius ρ(W)
+    if current <= torch.finfo(weight.dtype).eps * torch.linalg.matrix_norm(weight, ord=2):
+        raise ValueError(
+            f"weight has spectral radius {current.item():.3g}: all its eigenvalues are zero to rounding (a zero or "
+            f"nilpotent matrix), so no rescaling gives it radius {radius}; start from a matrix with a nonzero "
+            "eigenvalue, such as a freshly initialised weight_hh"
+        )
+    return weight * (radius / current)  # (D, D)
 
 # %% ../../chapters/01_rnn_limits.ipynb #25828dde
 def input_gradient_norms(layer: nn.Module, x: Tensor, readout: Tensor) -> Tensor:
@@ -178,11 +205,16 @@ def input_gradient_norms(layer: nn.Module, x: Tensor, readout: Tensor) -> Tensor
     Returns (T,): entry d is ||dL/dx_{T-d}||, the norm over batch and features.
     """
     if x.dim() != 3:
-        raise ValueError(f"x must have shape (B, T, D_in), got {tuple(x.shape)}")
+        raise ValueError(
+            f"x must have shape (B, T, D_in), got {tuple(x.shape)}; for a single sequence (T, D_in) use x.unsqueeze(0)"
+        )
     x = x.detach().requires_grad_(True)
     outputs, _ = layer(x)  # (B, T, D_out)
     if readout.shape != outputs.shape[-1:]:
-        raise ValueError(f"readout must have shape ({outputs.shape[-1]},) to match the outputs, got {tuple(readout.shape)}")
+        raise ValueError(
+            f"readout must have shape ({outputs.shape[-1]},), one weight per output feature of the layer, got "
+            f"{tuple(readout.shape)}; build it with torch.randn({outputs.shape[-1]}, dtype=x.dtype)"
+        )
     loss = (outputs[:, -1] @ readout).sum()  # L = Σ_b w · y_{b,T}
     (grad,) = torch.autograd.grad(loss, x)  # (B, T, D_in)
     return grad.norm(dim=(0, 2)).flip(0)  # (T,), index = distance T - t

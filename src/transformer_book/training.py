@@ -63,8 +63,10 @@ class LabelSmoothingLoss(nn.Module):
             raise TypeError(f"target must hold integer class ids (torch.long); got dtype {target.dtype}")
         eps = self.smoothing
         dtype = torch.promote_types(logits.dtype, torch.float32)  # float32 even under autocast; float64 stays
-        log_probs = F.log_softmax(logits.to(dtype), dim=-1)  # (..., V): log p_k
         keep = target != self.ignore_index  # (...): the positions that count
+        # Ignored positions get logits 0: a fully masked row there (softmax NaN) must not reach the gradients.
+        logits = logits.to(dtype).masked_fill(~keep.unsqueeze(-1), 0.0)  # (..., V)
+        log_probs = F.log_softmax(logits, dim=-1)  # (..., V): log p_k
         target = target.masked_fill(~keep, 0)  # (...): a valid id at ignored positions (ignore_index may be -100)
         possible = log_probs != -math.inf  # (..., V): False where the logit is -inf (p_k = 0)
         log_probs_possible = log_probs.masked_fill(~possible, 0.0)  # (..., V): impossible classes get q_k = 0
@@ -164,7 +166,7 @@ def train_step(
     loss_fn: nn.Module,
     *,
     device: torch.device,
-    scheduler=None,
+    scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
     amp_dtype: torch.dtype | None = None,
     scaler: torch.amp.GradScaler | None = None,
     grad_clip: float | None = 1.0,
@@ -210,8 +212,9 @@ def fit(
     *,
     device: torch.device,
     epochs: int = 1,
-    scheduler=None,
+    scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
     amp_dtype: torch.dtype | None = None,
+    scaler: torch.amp.GradScaler | None = None,
     grad_clip: float | None = 1.0,
     state: TrainState | None = None,
     on_step_end: Callable[[TrainState], bool | None] | None = None,
@@ -222,11 +225,13 @@ def fit(
 
     Returns the TrainState, whose `losses` hold the loss of every step. Pass a saved state to resume: its
     finished epochs and the batches already used in its epoch are skipped. on_step_end may return True to
-    stop (for example to save and quit). amp_dtype=torch.float16 adds a gradient scaler.
+    stop (for example to save and quit). amp_dtype=torch.float16 adds a gradient scaler; pass your own
+    `scaler` to save its state (scaler.state_dict()) with a checkpoint and restore it when resuming.
     """
     device = torch.device(device)
     state = state if state is not None else TrainState()
-    scaler = torch.amp.GradScaler(device.type) if amp_dtype == torch.float16 else None
+    if scaler is None and amp_dtype == torch.float16:
+        scaler = torch.amp.GradScaler(device.type)
     while state.epoch < epochs:
         epoch_batches = list(batches(state.epoch) if callable(batches) else batches)
         bar = tqdm(
