@@ -215,25 +215,18 @@ def test_decoder_is_causal(tgt_len, norm_first, seed):
     assert torch.equal(a[:, : t + 1], b[:, : t + 1])
 
 
-@pytest.mark.parametrize("norm_first", [False, True])
-def test_cached_decoding_matches_full_pass(norm_first):
-    torch.manual_seed(0)
-    model = small_model(norm_first=norm_first).eval()
-    src = random_tokens(3, 6, 40, lengths=[6, 4, 2])
-    tgt_in = random_tokens(3, 5, 40)
-    with torch.no_grad():
-        memory = model.encode(src)
-        src_mask = (src != PAD_ID)[:, None, None, :]
-        full = model.decode(tgt_in, memory, src_mask)
-        cache = model.new_cache()
-        steps = [model.decode(tgt_in[:, i : i + 1], memory, src_mask, cache=cache) for i in range(5)]
-    assert len(cache) == 2 and len(cache[0].self_attn) == 5
-    assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
+ONE_AT_A_TIME = [(i, i + 1) for i in range(8)]
+PREFIX_THEN_STEPS = [(0, 5), (5, 6), (6, 7), (7, 8)]
+CHUNKS = [(0, 3), (3, 7), (7, 8)]
 
 
 @pytest.mark.parametrize("norm_first", [False, True])
-def test_cached_prefix_in_one_call_matches_full_pass(norm_first):
-    """A 5-token prefix decoded in one cached call, then one token at a time, equals the uncached pass."""
+@pytest.mark.parametrize("spans", [ONE_AT_A_TIME, PREFIX_THEN_STEPS, CHUNKS], ids=["steps", "prefix", "chunks"])
+def test_cached_decoding_matches_full_pass(norm_first, spans):
+    """Decoding the target in pieces with a cache equals one uncached pass, however it is cut.
+
+    A piece of several new tokens must be causal inside itself: token i sees the cache and new tokens 0..i.
+    """
     torch.manual_seed(0)
     model = small_model(norm_first=norm_first).eval()
     src = random_tokens(3, 6, 40, lengths=[6, 4, 2])
@@ -243,24 +236,9 @@ def test_cached_prefix_in_one_call_matches_full_pass(norm_first):
         memory = model.encode(src, src_mask)
         full = model.decode(tgt_in, memory, src_mask)
         cache = model.new_cache()
-        prefix = model.decode(tgt_in[:, :5], memory, src_mask, cache=cache)
-        rest = [model.decode(tgt_in[:, i : i + 1], memory, src_mask, cache=cache) for i in range(5, 8)]
-    assert len(cache[0].self_attn) == 8
-    assert_close(prefix, full[:, :5], atol=1e-5, rtol=1e-5)
-    assert_close(torch.cat([prefix, *rest], dim=1), full, atol=1e-5, rtol=1e-5)
-
-
-def test_cached_chunks_after_a_cached_prefix_are_causal():
-    """Several new tokens after cached ones: token i sees the cache and new tokens 0..i, never later ones."""
-    torch.manual_seed(0)
-    model = small_model().eval()
-    src, tgt_in = random_tokens(2, 5, 40), random_tokens(2, 9, 40)
-    with torch.no_grad():
-        memory = model.encode(src)
-        full = model.decode(tgt_in, memory)
-        cache = model.new_cache()
-        chunks = [model.decode(tgt_in[:, a:b], memory, cache=cache) for a, b in ((0, 3), (3, 7), (7, 9))]
-    assert_close(torch.cat(chunks, dim=1), full, atol=1e-5, rtol=1e-5)
+        pieces = [model.decode(tgt_in[:, a:b], memory, src_mask, cache=cache) for a, b in spans]
+    assert len(cache) == 2 and len(cache[0].self_attn) == 8
+    assert_close(torch.cat(pieces, dim=1), full, atol=1e-5, rtol=1e-5)
 
 
 # ---------------------------------------------------------------- initialisation, tying, parameter names
