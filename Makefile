@@ -3,8 +3,12 @@
 #
 #   make setup      create .venv and install the pinned dependencies (instant when already done)
 #   make book       build the HTML book into _build/html (warnings are errors; notebooks are not re-run)
-#   make test       ruff, pytest, nbval on every chapter, then the book and its browser test
+#   make test       ruff, actionlint, pytest, nbval, the package's wheel, a Colab-like run, the book in a browser
 #   make export     write src/transformer_book/ from the chapters' `#| export` cells (nbdev)
+#   make bootstrap  write every chapter's first cell (the Colab set-up) from tools/bootstrap.py's template
+#   make dist       build the sdist and wheel into dist/ and check them as PyPI will
+#   make test-colab run chapters 1 and 10 as on Colab: lowest dependencies, local wheels for PyPI, git fallback
+#   make bump       write a new version everywhere: make bump VERSION=x.y.z
 #   make execute    re-run the chapters in place to refresh their stored outputs (NB=chapters/x.ipynb for one)
 #   make train      train the chapter 10 model from the command line (PRESET=smoke|cpu|gpu, default cpu)
 #   make test-book  only the browser test of the built book (screenshots in _build/screenshots/)
@@ -32,10 +36,11 @@ export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
 .NOTPARALLEL:
 
-.PHONY: help setup browser book test lint pytest nbval test-book export execute train linkcheck clean
+.PHONY: help setup browser book test lint actionlint pytest nbval test-book export bootstrap dist test-colab bump \
+	execute train linkcheck clean
 
 help:
-	@sed -n '4,12p' Makefile | sed 's/^# //'
+	@sed -n '4,16p' Makefile | sed 's/^# //'
 
 setup: $(STAMP) browser
 
@@ -66,10 +71,15 @@ book: setup
 	@# next run reports the same warnings again instead of passing.
 	$(BIN)/jupyter-book build . -W --keep-going || { rm -rf _build/.doctrees; exit 1; }
 
-test: setup lint pytest nbval book test-book
+test: setup lint actionlint pytest nbval dist test-colab book test-book
 
 lint: setup
 	$(BIN)/ruff check $(LINT_PATHS)
+
+# The GitHub Actions workflows (.github/workflows/), checked before they ever run on GitHub.
+actionlint: setup
+	@test -x $(BIN)/actionlint || { echo "actionlint: not installed in .venv (its wheel is for Linux x86-64 only)"; exit 1; }
+	$(BIN)/actionlint -no-color
 
 pytest: setup
 	$(BIN)/python -m pytest tests/ -p no:cacheprovider
@@ -90,6 +100,24 @@ test-book: setup
 export: setup
 	$(BIN)/python tools/export.py
 
+bootstrap: setup
+	$(BIN)/python tools/bootstrap.py
+
+# sdist and wheel, checked with the same rules PyPI applies (twine check --strict).
+dist: setup
+	rm -rf dist
+	$(BIN)/python -m build --outdir dist . >/dev/null
+	$(BIN)/twine check --strict dist/*
+	@ls -l dist
+
+# Chapters 1 and 10 in a throwaway Colab-like environment (tools/colab_check.py says how); needs `make dist`.
+test-colab: dist
+	$(BIN)/python tools/colab_check.py --dist dist --work _build/colab
+
+bump: setup
+	@test -n "$(VERSION)" || { echo "usage: make bump VERSION=x.y.z"; exit 2; }
+	$(BIN)/python tools/version.py bump $(VERSION)
+
 execute: setup
 	$(if $(PRESET),TRANSFORMER_BOOK_PRESET=$(PRESET)) $(BIN)/python tools/execute.py $(or $(NB),$(CHAPTERS))
 
@@ -100,4 +128,4 @@ linkcheck: setup
 	$(BIN)/jupyter-book build . --builder linkcheck
 
 clean:
-	rm -rf _build
+	rm -rf _build dist

@@ -1,16 +1,15 @@
 """The notebooks are the source: src/transformer_book/ must be exactly what they export, and every
-chapter must be stored ready to read and to run (Colab cell first, ids on every cell, outputs stored).
+chapter must be stored ready to read and to run (ids on every cell, outputs stored; tests/test_bootstrap.py checks
+the first cell).
 """
 
 from __future__ import annotations
 
 import sys
-import types
 from pathlib import Path
 
 import nbformat
 import pytest
-from IPython.core.inputtransformer2 import TransformerManager
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT / "tools"))
@@ -19,12 +18,6 @@ import export  # noqa: E402  (tools/export.py)
 NOTEBOOKS = sorted((REPO_ROOT / "chapters").glob("*.ipynb"))
 NB_IDS = [nb.name for nb in NOTEBOOKS]
 VERSION = export.read_version(REPO_ROOT / "pyproject.toml")
-COLAB_CELL = f"""\
-# On Colab, install this book's package (pinned to the book's version); elsewhere this does nothing.
-import sys
-
-if "google.colab" in sys.modules:
-    %pip install -q transformer-book=={VERSION}"""
 
 
 def _read(path: Path) -> nbformat.NotebookNode:
@@ -81,46 +74,6 @@ def test_init_lists_only_existing_modules(tmp_path):
     (package / "attention.py").write_text("__all__ = ['something_else']\n", encoding="utf-8")
     with pytest.raises(export.ExportError, match="does not export scaled_dot_product_attention"):
         export.render_init(package, "9.9.9")
-
-
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=NB_IDS)
-def test_first_code_cell_is_the_pinned_colab_install(path):
-    cells = _code_cells(_read(path))
-    assert cells, f"{path.name}: no code cells"
-    assert cells[0].source.strip() == COLAB_CELL, (
-        f"{path.name}: the first code cell must be exactly\n{COLAB_CELL}\n(CONVENTIONS.md item 2; the version "
-        f"is pyproject's, {VERSION}); it is\n{cells[0].source}"
-    )
-
-
-class _FakeIPython:
-    def __init__(self):
-        self.calls = []
-
-    def run_line_magic(self, name, line):
-        self.calls.append((name, line))
-
-
-def _run_cell(source: str, on_colab: bool) -> list:
-    code = TransformerManager().transform_cell(source)
-    shell = _FakeIPython()
-    saved = sys.modules.get("google.colab")
-    if on_colab:
-        sys.modules["google.colab"] = types.ModuleType("google.colab")
-    else:
-        sys.modules.pop("google.colab", None)
-    try:
-        exec(compile(code, "<colab cell>", "exec"), {"get_ipython": lambda: shell})
-    finally:
-        sys.modules.pop("google.colab", None)
-        if saved is not None:
-            sys.modules["google.colab"] = saved
-    return shell.calls
-
-
-def test_colab_cell_does_nothing_outside_colab():
-    assert _run_cell(COLAB_CELL, on_colab=False) == []
-    assert _run_cell(COLAB_CELL, on_colab=True) == [("pip", f"install -q transformer-book=={VERSION}")]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=NB_IDS)

@@ -1,0 +1,177 @@
+"""Every chapter's first cell: written from one template, and it cannot fail silently.
+
+The cell is run here in a fresh Python each time, with the package present, missing, at another version, and
+on a stand-in Colab whose pip fails, so every branch of it runs at least once. `make test-colab` runs it for
+real, in a Colab-like environment where pip installs from a wheel folder and from a git tag.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import nbformat
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_ROOT / "tools"))
+import bootstrap  # noqa: E402  (tools/bootstrap.py)
+import version  # noqa: E402  (tools/version.py)
+
+NOTEBOOKS = sorted((REPO_ROOT / "chapters").glob("*.ipynb"))
+VERSION = bootstrap.read_version()
+CELL = bootstrap.render(VERSION, bootstrap.read_repository())
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[nb.name for nb in NOTEBOOKS])
+def test_first_code_cell_and_colab_metadata_come_from_the_template(path):
+    problems = bootstrap.differences(path, CELL)
+    assert not problems, f"{path.name}: {'; '.join(problems)}. Run `make bootstrap` (tools/bootstrap.py)."
+
+
+def test_the_template_holds_the_version_and_both_sources():
+    cell = bootstrap.render("9.8.7", "https://example.org/books/transformer")
+    assert 'BOOK_VERSION = "9.8.7"' in cell
+    assert 'f"transformer-book=={BOOK_VERSION}"' in cell
+    assert 'f"git+https://example.org/books/transformer@v{BOOK_VERSION}"' in cell
+
+
+def test_only_chapter_10_asks_colab_for_a_gpu():
+    for path in NOTEBOOKS:
+        metadata = nbformat.read(path, as_version=nbformat.NO_CONVERT).metadata
+        wants_gpu = path.name == "10_training_on_gpu.ipynb"
+        assert (metadata.get("accelerator") == "GPU") == wants_gpu, path.name
+        assert (metadata["colab"].get("gpuType") == "T4") == wants_gpu, path.name
+        assert metadata["kernelspec"]["name"] == "python3", path.name
+
+
+def test_every_place_holds_one_version():
+    problems = version.mismatches(VERSION)
+    assert not problems, "versions differ (run `make bump VERSION=...`):\n" + "\n".join(problems)
+
+
+def test_version_check_rejects_a_tag_for_another_version():
+    ok = subprocess.run([sys.executable, "tools/version.py", "check", "--tag", f"v{VERSION}"], cwd=REPO_ROOT,
+                        capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stderr
+    wrong = subprocess.run([sys.executable, "tools/version.py", "check", "--tag", "v0.0.0-not-this"], cwd=REPO_ROOT,
+                           capture_output=True, text=True)
+    assert wrong.returncode == 1
+    assert "does not name pyproject.toml's version" in wrong.stderr
+
+
+def test_bump_writes_every_place(tmp_path):
+    # A copy of the files that hold the version; bump's regeneration step is checked by the test above.
+    for rel in ["pyproject.toml", "src/transformer_book/__init__.py", *map(str, version.PAGES)]:
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text((REPO_ROOT / rel).read_text(encoding="utf-8"), encoding="utf-8")
+    (tmp_path / "chapters").mkdir()
+    (tmp_path / "tools").mkdir()
+    for tool in ("export.py", "bootstrap.py"):  # stand-ins: record that bump regenerates
+        (tmp_path / "tools" / tool).write_text(
+            "import pathlib; pathlib.Path(__file__).with_suffix('.ran').write_text('yes')\n", encoding="utf-8")
+    version.bump("9.9.9", root=tmp_path)
+    assert version.pyproject_version(tmp_path) == "9.9.9"
+    for page in version.PAGES:
+        assert set(version.PIN.findall((tmp_path / page).read_text(encoding="utf-8"))) == {"9.9.9"}, page
+    assert (tmp_path / "tools" / "export.ran").exists() and (tmp_path / "tools" / "bootstrap.ran").exists()
+    with pytest.raises(SystemExit, match="not a version"):
+        version.bump("latest", root=tmp_path)
+
+
+def _run_cell(tmp_path: Path, prelude: str = "", cell: str = CELL) -> subprocess.CompletedProcess:
+    """Run the cell in a fresh Python after `prelude`; returns the finished process."""
+    script = tmp_path / "cell.py"
+    script.write_text(textwrap.dedent(prelude) + "\n" + cell + "\nprint('cell done')\n", encoding="utf-8")
+    return subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+
+
+def test_cell_is_silent_and_does_not_load_torch_when_the_right_version_imports(tmp_path):
+    result = _run_cell(tmp_path, cell=CELL + "\nassert 'torch' not in sys.modules, 'the check loaded PyTorch'")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "cell done\n" and result.stderr == ""
+
+
+def test_cell_explains_a_missing_package(tmp_path):
+    prelude = """
+        import sys
+        class _NoBook:  # as if transformer_book were not installed
+            def find_spec(self, name, path=None, target=None):
+                if name == "transformer_book":
+                    raise ModuleNotFoundError("No module named 'transformer_book'", name=name)
+        sys.meta_path.insert(0, _NoBook())
+    """
+    result = _run_cell(tmp_path, prelude)
+    assert result.returncode != 0
+    assert "ImportError: This chapter needs transformer_book" in result.stderr
+    assert "Python cannot import transformer_book" in result.stderr
+    assert "make setup" in result.stderr and "pip install -e ." in result.stderr
+
+
+def test_cell_explains_a_wrong_version(tmp_path):
+    fake = tmp_path / "old" / "transformer_book"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text('__version__ = "0.0.1"\n', encoding="utf-8")
+    result = _run_cell(tmp_path, f"import sys; sys.path.insert(0, {str(fake.parent)!r})")
+    assert result.returncode != 0
+    assert f"Python imports transformer_book 0.0.1, not {VERSION}" in result.stderr
+
+
+def test_cell_on_colab_tries_pypi_then_the_tag_and_says_what_pip_said(tmp_path):
+    # A stand-in for Colab's Python: `python -m pip ...` is logged and fails, as with no release anywhere.
+    log = tmp_path / "pip.log"
+    fake_python = tmp_path / "fake-python"
+    fake_python.write_text(f'#!/bin/sh\necho "$@" >> {log}\necho "ERROR: No matching distribution" >&2\nexit 1\n')
+    fake_python.chmod(0o755)
+    prelude = f"""
+        import sys, types
+        sys.modules["google.colab"] = types.ModuleType("google.colab")
+        class _NoBook:
+            def find_spec(self, name, path=None, target=None):
+                if name == "transformer_book":
+                    raise ModuleNotFoundError("No module named 'transformer_book'", name=name)
+        sys.meta_path.insert(0, _NoBook())
+        sys.executable = {str(fake_python)!r}
+    """
+    result = _run_cell(tmp_path, prelude)
+    assert result.returncode != 0
+    tried = log.read_text().splitlines()
+    assert tried == [
+        f"-m pip install -q transformer-book=={VERSION}",
+        f"-m pip install -q git+{bootstrap.read_repository()}@v{VERSION}",
+    ]
+    assert "Runtime -> Restart session, then run this cell again." in result.stderr
+    assert "pip said:" in result.stderr and "No matching distribution" in result.stderr
+
+
+def test_cell_on_colab_installs_nothing_when_the_right_version_imports(tmp_path):
+    log = tmp_path / "pip.log"
+    prelude = f"""
+        import subprocess, sys, types
+        sys.modules["google.colab"] = types.ModuleType("google.colab")
+        def _refuse(*args, **kwargs):
+            open({str(log)!r}, "a").write(repr(args))
+            raise AssertionError("pip was run although the right version imports")
+        subprocess.run = _refuse
+    """
+    result = _run_cell(tmp_path, prelude)
+    assert result.returncode == 0, result.stderr
+    assert not log.exists()
+
+
+def test_template_tool_reports_a_changed_cell(tmp_path, monkeypatch):
+    chapters = tmp_path / "chapters"
+    chapters.mkdir()
+    nb = nbformat.read(NOTEBOOKS[0], as_version=nbformat.NO_CONVERT)
+    bootstrap.first_code_cell(nb).source = CELL.replace("transformer-book==", "transformer_book==")
+    nbformat.write(nb, chapters / NOTEBOOKS[0].name)
+    monkeypatch.setattr(bootstrap, "CHAPTERS_DIR", chapters)
+    monkeypatch.setattr(bootstrap, "REPO_ROOT", tmp_path)
+    repository = bootstrap.read_repository()
+    monkeypatch.setattr(bootstrap, "read_version", lambda: VERSION)
+    monkeypatch.setattr(bootstrap, "read_repository", lambda: repository)
+    assert bootstrap.main(["--check"]) == 1
+    assert bootstrap.main([]) == 0
+    assert bootstrap.main(["--check"]) == 0
