@@ -20,8 +20,8 @@ from torch import nn
 from transformer_book.data import PAD_ID, SPECIAL_TOKENS
 from transformer_book.masking import causal_mask, make_batch
 from transformer_book.model import Transformer, TransformerConfig
+from transformer_book.presets import cpu_has_bfloat16
 from transformer_book.training import LabelSmoothingLoss, make_optimizer
-from transformer_book.translate import cpu_has_bfloat16
 
 VOCAB = 8000  # chapter 10's joint subword vocabulary
 FIRST_WORD_ID = len(SPECIAL_TOKENS)  # random "words" start after <pad>, <s>, </s>, <unk>

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from torch import nn
 from torch.testing import assert_close
 
+from transformer_book.interop import to_torch_transformer
 from transformer_book.model import (
     LAYER_NORM_EPS,
     FeedForward,
@@ -17,7 +18,6 @@ from transformer_book.model import (
     Transformer,
     TransformerConfig,
     layer_norm,
-    to_torch_transformer,
 )
 
 PAD_ID = 0

@@ -2,6 +2,7 @@
 
 import copy
 import math
+import warnings
 
 import pytest
 import torch
@@ -404,9 +405,56 @@ def test_train_step_returns_the_loss_and_moves_the_weights():
     with torch.no_grad():
         expected = loss_fn(model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask), batch.tgt_out).item()
     before = model.generator.weight.detach().clone()
-    loss = train_step(model, batch, make_optimizer(model, lr=1e-3), loss_fn, device=CPU)
+    loss, stepped = train_step(model, batch, make_optimizer(model, lr=1e-3), loss_fn, device=CPU)
     assert loss == pytest.approx(expected, rel=1e-6)
+    assert stepped
     assert not torch.equal(before, model.generator.weight)
+
+
+def test_a_float16_step_with_an_overflowing_gradient_leaves_weights_and_schedule_alone():
+    # float16 autocast and a GradScaler run on the CPU too: the branch a T4 takes, with an inf gradient injected.
+    set_seed(0)
+    model = tiny_model(dropout=0.0)
+    batch = copy_batches(1, seed=0)[0]
+    optimizer = make_optimizer(model)
+    scheduler = WarmupSchedule(optimizer, d_model=model.config.d_model, warmup_steps=10)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**8)
+    handle = model.generator.weight.register_hook(lambda grad: grad * float("inf"))
+    weights = {name: p.detach().clone() for name, p in model.named_parameters()}
+    generator = model.generator.weight.detach().clone()
+    rate = optimizer.param_groups[0]["lr"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # PyTorch warns when the schedule steps before the optimizer did
+        loss, stepped = train_step(model, batch, optimizer, LabelSmoothingLoss(0.1), device=CPU, scheduler=scheduler,
+                                   amp_dtype=torch.float16, scaler=scaler)
+    handle.remove()
+    assert math.isfinite(loss) and not stepped
+    assert scheduler.last_epoch == 0 and optimizer.param_groups[0]["lr"] == rate
+    assert scaler.get_scale() == 2.0**7  # halved after the overflow
+    assert all(torch.equal(weights[name], p) for name, p in model.named_parameters())
+    # The next, healthy step updates the weights and advances the schedule by one.
+    loss, stepped = train_step(model, batch, optimizer, LabelSmoothingLoss(0.1), device=CPU, scheduler=scheduler,
+                               amp_dtype=torch.float16, scaler=scaler)
+    assert stepped and scheduler.last_epoch == 1
+    assert not torch.equal(generator, model.generator.weight)
+
+
+def test_fit_counts_the_skipped_steps():
+    set_seed(0)
+    model = tiny_model(dropout=0.0)
+    calls = {"n": 0}
+
+    def overflow_every_other_step(grad):
+        calls["n"] += 1
+        return grad * float("inf") if calls["n"] % 2 else grad
+
+    model.generator.weight.register_hook(overflow_every_other_step)
+    optimizer = make_optimizer(model)
+    scheduler = WarmupSchedule(optimizer, d_model=model.config.d_model, warmup_steps=10)
+    state = fit(model, copy_batches(4, seed=0), optimizer, LabelSmoothingLoss(0.1), device=CPU, scheduler=scheduler,
+                amp_dtype=torch.float16, progress=False)
+    assert state.step == 4 and state.skipped_steps == 2
+    assert scheduler.last_epoch == state.step - state.skipped_steps
 
 
 def test_train_state_fields_are_the_checkpoint_format():
@@ -414,7 +462,9 @@ def test_train_state_fields_are_the_checkpoint_format():
     from dataclasses import asdict
 
     state = TrainState(step=3, epoch=1, batch_in_epoch=2, losses=[1.0, 0.5], tokens_seen=40, train_seconds=1.5)
-    assert list(asdict(state)) == ["step", "epoch", "batch_in_epoch", "losses", "tokens_seen", "train_seconds"]
+    assert list(asdict(state)) == ["step", "epoch", "batch_in_epoch", "losses", "tokens_seen", "train_seconds",
+                                   "skipped_steps"]
+    assert TrainState(**{k: v for k, v in asdict(state).items() if k != "skipped_steps"}) == state  # older runs
     assert TrainState(**asdict(state)) == state
 
 

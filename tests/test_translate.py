@@ -12,15 +12,9 @@ import torch
 from transformer_book import checkpoint, data
 from transformer_book.checkpoint import load_checkpoint, save_checkpoint
 from transformer_book.model import Transformer
-from transformer_book.translate import (
-    PRESETS,
-    Translator,
-    attention_weights,
-    choose_preset,
-    model_config,
-    pick_amp_dtype,
-    train,
-)
+from transformer_book.presets import PRESETS, choose_preset, model_config, pick_amp_dtype
+from transformer_book.run import train
+from transformer_book.translate import Translator, attention_weights
 
 DATA = os.environ.get("TRANSFORMER_BOOK_DATA")
 needs_data = pytest.mark.skipif(
@@ -219,6 +213,29 @@ def test_gpu_code_path_with_float16_and_a_scaler_runs_on_cpu(tmp_path):
     run = train(gpu, tmp_path / "gpu", device=CPU, progress=False, log=lambda *_: None, max_steps=2)
     assert run["amp"] == "torch.float16" and run["train_state"]["step"] == 2
     assert all(torch.isfinite(torch.tensor(run["train_state"]["losses"])))
+
+
+@needs_data
+def test_best_holds_weights_only_and_last_everything_to_resume(tmp_path):
+    train(TINY, tmp_path / "run", device=CPU, progress=False)
+    best, last = tmp_path / "run" / "best", tmp_path / "run" / "last"
+    assert sorted(f.name for f in best.iterdir()) == ["checkpoint.json", "model.safetensors", "tokenizer.json"]
+    assert (last / "optimizer.safetensors").is_file()
+    assert "train_state" in json.loads((last / "checkpoint.json").read_text())
+
+
+@needs_data
+def test_command_line_trains_with_epoch_lines_and_resumes(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src"), "TRANSFORMER_BOOK_PRESET": "smoke"}
+    command = [sys.executable, "-m", "transformer_book", "train", "--preset", "smoke", "--out", str(tmp_path / "run")]
+    first = subprocess.run([*command, "--max-steps", "3"], capture_output=True, text=True, env=env, timeout=300)
+    assert first.returncode == 0, first.stderr
+    second = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    assert second.returncode == 0, second.stderr
+    assert "resuming" in second.stdout and "at step 3" in second.stdout
+    epoch_lines = [line for line in second.stdout.splitlines() if line.startswith("epoch")]
+    assert len(epoch_lines) == PRESETS["smoke"].epochs and "val BLEU" in epoch_lines[0]
+    assert "best validation BLEU" in second.stdout
 
 
 @needs_data

@@ -125,6 +125,8 @@ def make_kernel(work: Path, python: Path, wheels: Path, constraints: Path) -> Pa
         "PIP_CONSTRAINT": str(constraints),  # a pip install in the notebook may not move a dependency
         "PIP_DISABLE_PIP_VERSION_CHECK": "1",
         "TRANSFORMER_BOOK_PRESET": "smoke",
+        # Chapter 10 keeps its runs on Google Drive on Colab; the stub has no Drive, so a local folder is named.
+        "TRANSFORMER_BOOK_RUNS": str(work / "runs"),
     }
     spec = {
         "argv": [str(python), "-m", "ipykernel_launcher", "-f", "{connection_file}",

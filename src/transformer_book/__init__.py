@@ -33,17 +33,26 @@ _MODULE_OF = {
     "download_multi30k": "data",
     "load_multi30k": "data",
     "Translator": "translate",
+    "PRESETS": "presets",
+    "Preset": "presets",
+    "choose_preset": "presets",
+    "pick_device": "presets",
+    "train": "run",
+    "to_torch_transformer": "interop",
 }
 
 if TYPE_CHECKING:  # editors and type checkers see the names without running __getattr__
     from .attention import scaled_dot_product_attention
     from .data import download_multi30k, load_multi30k
     from .decoding import beam_search, greedy_decode
+    from .interop import to_torch_transformer
     from .masking import Batch, causal_mask, padding_mask
     from .model import Transformer, TransformerConfig
     from .multihead import MultiHeadAttention
     from .positional import LearnedPositionalEmbedding, PositionalEncoding, sinusoidal_encoding
+    from .presets import PRESETS, Preset, choose_preset, pick_device
     from .recurrent import LSTMCell, RNNCell
+    from .run import train
     from .training import LabelSmoothingLoss, WarmupSchedule, fit
     from .translate import Translator
 
@@ -83,4 +92,10 @@ __all__ = [
     "download_multi30k",
     "load_multi30k",
     "Translator",
+    "PRESETS",
+    "Preset",
+    "choose_preset",
+    "pick_device",
+    "train",
+    "to_torch_transformer",
 ]

@@ -1,0 +1,67 @@
+"""Measure chapter 10's `gpu` preset on the GPU of this machine, to check the chapter's estimate.
+
+Trains `--steps` steps of the gpu preset on Multi30k (downloaded once, or read from TRANSFORMER_BOOK_DATA) in a
+temporary run folder, with the precision chapter 10 picks for the GPU (bfloat16 where the GPU computes it,
+float16 with a gradient scaler elsewhere), and prints one line of JSON: the device, the precision, target tokens
+per second, the peak memory PyTorch allocated, the updates float16's scaler skipped, and the seconds one epoch
+would take at the measured speed (evaluations not included). The first steps allocate memory and pick kernels,
+so the speed is measured over the steps after `--warmup`.
+
+Without a CUDA GPU it says so and exits 0: there is nothing to measure.
+
+Run: python bench/gpu_check.py [--steps 50] [--warmup 10]
+"""
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+from transformer_book import data
+from transformer_book.presets import PRESETS, pick_amp_dtype
+from transformer_book.run import train
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=50, help="training steps to run (default 50)")
+    parser.add_argument("--warmup", type=int, default=10, help="first steps left out of the speed (default 10)")
+    args = parser.parse_args(argv)
+    if args.steps <= args.warmup:
+        parser.error(f"--steps ({args.steps}) must be larger than --warmup ({args.warmup})")
+    if not torch.cuda.is_available():
+        print("gpu_check: PyTorch sees no CUDA GPU here, so there is nothing to measure "
+              f"(PyTorch {torch.__version__}, CUDA build: {torch.version.cuda or 'no'}).")
+        return 0
+    device = torch.device("cuda")
+    preset = PRESETS["gpu"]
+    with tempfile.TemporaryDirectory(prefix="gpu-check-") as tmp:
+        torch.cuda.reset_peak_memory_stats(device)
+        warm = train(preset, Path(tmp), device=device, max_steps=args.warmup, progress=False)
+        torch.cuda.synchronize(device)
+        done = train(preset, Path(tmp), device=device, max_steps=args.steps, progress=False)
+        torch.cuda.synchronize(device)
+        state, before = done["train_state"], warm["train_state"]
+        seconds = state["train_seconds"] - before["train_seconds"]
+        tokens = state["tokens_seen"] - before["tokens_seen"]
+        tokenizer = data.load_tokenizer(Path(tmp) / "tokenizer.json")
+        examples = data.encode_pairs(data.load_multi30k("train"), tokenizer, max_len=preset.max_sentence_tokens)
+        steps_per_epoch = len(data.batch_by_tokens(examples, preset.max_tokens, shuffle=True, seed=preset.seed))
+    seconds_per_step = seconds / (state["step"] - before["step"])
+    print(json.dumps({
+        "device": torch.cuda.get_device_name(device),
+        "dtype": str(pick_amp_dtype(device, preset.amp)),
+        "target_tokens_per_s": round(tokens / seconds),
+        "max_memory_allocated_gib": round(torch.cuda.max_memory_allocated(device) / 2**30, 2),
+        "skipped_steps": state["skipped_steps"],
+        "steps_measured": state["step"] - before["step"],
+        "seconds_per_epoch": round(seconds_per_step * steps_per_epoch, 1),
+    }))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

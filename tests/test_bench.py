@@ -1,0 +1,28 @@
+"""The benchmark scripts of bench/ start and refuse bad arguments (their measurements are not tests)."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_bench(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(REPO_ROOT / "bench" / "gpu_check.py"), *args],
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU the script measures for real")
+def test_gpu_check_without_a_gpu_says_so_and_succeeds():
+    result = run_bench("--steps", "3", "--warmup", "1")
+    assert result.returncode == 0, result.stderr
+    assert "PyTorch sees no CUDA GPU here" in result.stdout
+
+
+def test_gpu_check_refuses_fewer_steps_than_warm_up_steps():
+    result = run_bench("--steps", "5", "--warmup", "10")
+    assert result.returncode == 2
+    assert "must be larger than --warmup" in result.stderr

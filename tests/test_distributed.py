@@ -1,0 +1,90 @@
+"""Chapter 10's training with DistributedDataParallel: two processes on the CPU (gloo), as torchrun starts them.
+
+The same code runs one process per GPU with NCCL; here it runs where every machine can: the losses of two
+processes must equal one process's on the same batches, and their checkpoint must resume in one process.
+"""
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from transformer_book import data
+from transformer_book.masking import make_batch
+from transformer_book.presets import PRESETS
+from transformer_book.run import shard, train
+
+DATA = os.environ.get("TRANSFORMER_BOOK_DATA")
+needs_data = pytest.mark.skipif(
+    not DATA or not (Path(DATA) / "multi30k").is_dir(),
+    reason="set TRANSFORMER_BOOK_DATA to a folder holding multi30k/ (CI uses ../shared/data)",
+)
+REPO_ROOT = Path(__file__).resolve().parents[1]
+CPU = torch.device("cpu")
+# No dropout and float32 (bfloat16 rounds the two runs differently), so that their losses can be compared.
+PRESET = dataclasses.replace(PRESETS["smoke"], dropout=0.0, train_subset=160, max_tokens=400, epochs=1, amp="off")
+STEPS = 4
+
+WORKER = """
+import json, sys
+import torch.distributed as dist
+from transformer_book.presets import PRESETS
+from transformer_book.run import start_distributed, train
+import dataclasses
+preset = dataclasses.replace(PRESETS["smoke"], dropout=0.0, train_subset=160, max_tokens=400, epochs=1, amp="off")
+device = start_distributed()
+run = train(preset, sys.argv[1], device=device, max_steps=int(sys.argv[3]), progress=False)
+if dist.get_rank() == 0:
+    json.dump(run["train_state"], open(sys.argv[2], "w"))
+dist.destroy_process_group()
+"""
+
+
+def torchrun(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "src"), "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", *args]
+    return subprocess.run(command, capture_output=True, text=True, env=env, cwd=cwd, timeout=600)
+
+
+def test_shards_cover_the_batch_and_a_missing_row_adds_no_token():
+    src = torch.tensor([[5, 6, 2], [7, 2, 0], [8, 9, 2]])
+    batch = make_batch(src, torch.cat([torch.ones(3, 1, dtype=torch.long), src], dim=1), pad_id=data.PAD_ID)
+    parts = [shard(batch, rank, 2) for rank in range(2)]
+    assert torch.equal(torch.cat([p.src for p in parts]), batch.src)
+    assert sum(p.num_tokens for p in parts) == batch.num_tokens
+    lonely = [shard(batch, rank, 4) for rank in range(4)]
+    assert lonely[3].src.shape[0] == 1 and lonely[3].num_tokens == 0
+    assert bool((lonely[3].tgt_out == data.PAD_ID).all())
+    assert sum(p.num_tokens for p in lonely) == batch.num_tokens
+
+
+@needs_data
+def test_two_processes_match_one_and_their_checkpoint_resumes_in_one(tmp_path):
+    (tmp_path / "worker.py").write_text(WORKER, encoding="utf-8")
+    result = torchrun("worker.py", str(tmp_path / "ddp"), str(tmp_path / "ddp.json"), str(STEPS), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    two = json.loads((tmp_path / "ddp.json").read_text())
+    one = train(PRESET, tmp_path / "single", device=CPU, max_steps=STEPS, progress=False)["train_state"]
+    assert two["step"] == one["step"] == STEPS
+    assert two["tokens_seen"] == one["tokens_seen"]  # the shards together saw every target token
+    torch.testing.assert_close(torch.tensor(two["losses"]), torch.tensor(one["losses"]), rtol=0, atol=1e-5)
+    # Process 0 alone wrote the checkpoint; one process resumes it and goes on.
+    assert sorted(p.name for p in (tmp_path / "ddp").iterdir()) == ["best", "last", "tokenizer.json"]
+    resumed = train(PRESET, tmp_path / "ddp", device=CPU, max_steps=STEPS + 2, progress=False)["train_state"]
+    assert resumed["step"] == STEPS + 2 and resumed["losses"][:STEPS] == two["losses"]
+
+
+@needs_data
+def test_command_line_under_torchrun_trains_and_writes_one_checkpoint(tmp_path):
+    result = torchrun("-m", "transformer_book", "train", "--preset", "smoke", "--out", str(tmp_path / "run"),
+                      "--max-steps", "3", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.count("best validation BLEU") == 1  # printed by process 0 only
+    saved = json.loads((tmp_path / "run" / "last" / "checkpoint.json").read_text())
+    assert saved["train_state"]["step"] == 3
+    assert not list((tmp_path / "run").glob("*.tmp"))
