@@ -254,3 +254,42 @@ def test_translator_and_command_line(tmp_path):
         capture_output=True, text=True, env=env, timeout=120, check=True,
     )
     assert len(result.stdout.strip().splitlines()) == 1
+
+
+@needs_data
+def test_copy_to_keeps_the_run_and_a_new_session_resumes_from_it(tmp_path, monkeypatch):
+    from transformer_book import run as run_module
+
+    copies = []
+    real_copy = run_module.copy_run
+    monkeypatch.setattr(run_module, "copy_run", lambda *args: (copies.append(args), real_copy(*args)))
+    lines = []
+    first = train(TINY, tmp_path / "session1", device=CPU, progress=False, max_steps=3, copy_to=tmp_path / "drive")
+    assert first["train_state"]["step"] == 3
+    assert len(copies) == 2  # when the run stopped, and at its end; none between (every 20 minutes)
+    assert sorted(p.name for p in (tmp_path / "drive").iterdir()) == ["best", "last", "tokenizer.json"]
+    # A new session: the run's own folder is gone, the copy is not.
+    resumed = train(TINY, tmp_path / "session2", device=CPU, progress=False, log=lines.append,
+                    copy_to=tmp_path / "drive")
+    assert any("copied the run saved in" in line for line in lines)
+    assert any("resuming" in line and "at step 3" in line for line in lines)
+    whole = train(TINY, tmp_path / "whole", device=CPU, progress=False)
+    assert resumed["train_state"]["losses"] == whole["train_state"]["losses"]
+    saved = json.loads((tmp_path / "drive" / "last" / "checkpoint.json").read_text())
+    assert saved["train_state"]["step"] == whole["train_state"]["step"]
+
+
+def test_copy_run_replaces_each_part_and_recovers_an_interrupted_save(tmp_path):
+    from transformer_book.run import copy_run
+
+    source, target = tmp_path / "run", tmp_path / "copy"
+    (source / "last.old").mkdir(parents=True)  # a save interrupted between its two renames
+    (source / "last.old" / "checkpoint.json").write_text("{}")
+    (source / "tokenizer.json").write_text("tok")
+    copy_run(source, target)
+    assert (target / "last" / "checkpoint.json").read_text() == "{}"
+    (source / "last.old").rename(source / "last")
+    (source / "last" / "checkpoint.json").write_text('{"step": 2}')
+    copy_run(source, target)
+    assert (target / "last" / "checkpoint.json").read_text() == '{"step": 2}'
+    assert sorted(p.name for p in target.iterdir()) == ["last", "tokenizer.json"]  # no .tmp or .old left
