@@ -15,9 +15,10 @@ import pytest
 import torch
 
 from transformer_book import data
+from transformer_book.distributed import shard
 from transformer_book.masking import make_batch
 from transformer_book.presets import PRESETS
-from transformer_book.run import shard, train
+from transformer_book.run import train
 
 DATA = os.environ.get("TRANSFORMER_BOOK_DATA")
 needs_data = pytest.mark.skipif(
@@ -34,7 +35,8 @@ WORKER = """
 import json, sys
 import torch.distributed as dist
 from transformer_book.presets import PRESETS
-from transformer_book.run import start_distributed, train
+from transformer_book.distributed import start_distributed
+from transformer_book.run import train
 import dataclasses
 preset = dataclasses.replace(PRESETS["smoke"], dropout=0.0, train_subset=160, max_tokens=400, epochs=1, amp="off")
 device = start_distributed()

@@ -12,8 +12,9 @@ import sys
 import torch.distributed as dist
 
 from . import data
+from .distributed import start_distributed
 from .presets import PRESETS
-from .run import start_distributed, train
+from .run import train
 from .translate import Translator, evaluate
 
 # %% ../../chapters/10_training_on_gpu.ipynb #5863bd14
