@@ -76,7 +76,7 @@ def test_two_processes_match_one_and_their_checkpoint_resumes_in_one(tmp_path):
     assert two["tokens_seen"] == one["tokens_seen"]  # the shards together saw every target token
     torch.testing.assert_close(torch.tensor(two["losses"]), torch.tensor(one["losses"]), rtol=0, atol=1e-5)
     # Process 0 alone wrote the checkpoint; one process resumes it and goes on.
-    assert sorted(p.name for p in (tmp_path / "ddp").iterdir()) == ["best", "last", "tokenizer.json"]
+    assert sorted(p.name for p in (tmp_path / "ddp").iterdir()) == [".lock", "best", "last", "tokenizer.json"]
     resumed = train(PRESET, tmp_path / "ddp", device=CPU, max_steps=STEPS + 2, progress=False)["train_state"]
     assert resumed["step"] == STEPS + 2 and resumed["losses"][:STEPS] == two["losses"]
 

@@ -2,27 +2,37 @@
 """Checkpoints that survive a crash: safetensors files and a JSON record, written atomically (chapter 10)."""
 
 # %% auto #0
-__all__ = ['REQUIRED_KEYS', 'save_checkpoint', 'load_checkpoint', 'load_optimizer_state']
+__all__ = ['REQUIRED_KEYS', 'file_sha256', 'save_checkpoint', 'load_checkpoint', 'load_optimizer_state']
 
 # %% ../../chapters/10_training_on_gpu.ipynb #2b489135
 import hashlib
 import json
 import os
 import shutil
+import tempfile
+import time
 from dataclasses import asdict
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors import SafetensorError
+from safetensors.torch import load, save_file
 
 from .model import Transformer, TransformerConfig
 
 REQUIRED_KEYS = ("config", "tokenizer_sha256")  # what load_checkpoint needs from checkpoint.json
 
 
-def _sha256(path: str | Path) -> str:
-    """The file's SHA-256 in hex: it ties a checkpoint to the exact tokenizer it was trained with."""
+def file_sha256(path: str | Path) -> str:
+    """The file's SHA-256 in hex: checkpoint.json records one per file, and the loader checks them."""
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def _umask() -> int:
+    """The process's umask (os.umask can only be read by setting it)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def _optimizer_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], list[dict]]:
@@ -54,31 +64,41 @@ def save_checkpoint(
 ) -> Path:
     """Write a checkpoint folder atomically: a crash at any moment leaves the old one or the new one."""
     path = Path(path)
-    tmp, old = path.with_name(path.name + ".tmp"), path.with_name(path.name + ".old")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    # Tied embeddings are one tensor under three names: store it once (safetensors refuses shared memory).
-    tied = ("tgt_embed.weight", "generator.weight") if model.config.tie_embeddings else ()
-    weights = {k: v.detach().contiguous() for k, v in model.state_dict().items() if k not in tied}
-    save_file(weights, tmp / "model.safetensors")
-    if optimizer is not None:
-        tensors, groups = _optimizer_tensors(optimizer)
-        tensors["rng_state"] = torch.get_rng_state()  # dropout on the CPU draws from this generator
-        device = next(model.parameters()).device
-        if device.type == "cuda":
-            tensors["cuda_rng_state"] = torch.cuda.get_rng_state(device)  # and on a GPU from this one
-        save_file(tensors, tmp / "optimizer.safetensors")
-        info = {**info, "param_groups": groups}
-    shutil.copyfile(tokenizer_file, tmp / "tokenizer.json")
-    info = {**info, "config": asdict(model.config), "tokenizer_sha256": _sha256(tmp / "tokenizer.json")}
-    (tmp / "checkpoint.json").write_text(json.dumps(info, indent=1))
-    for file in tmp.iterdir():
-        _fsync(file)
-    _fsync(tmp)
-    if path.exists():
-        shutil.rmtree(old, ignore_errors=True)
-        path.rename(old)
-    tmp.rename(path)  # the instant the new checkpoint replaces the old one
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # This save's own temporary folder, next to the target (a rename cannot cross file systems): two saves
+    # never write into one folder, and a kill leaves only a `.NAME-*.tmp` that the next run clears.
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}-", suffix=".tmp", dir=path.parent))
+    old = path.with_name(path.name + ".old")
+    try:
+        # Tied embeddings are one tensor under three names: store it once (safetensors refuses shared memory).
+        tied = ("tgt_embed.weight", "generator.weight") if model.config.tie_embeddings else ()
+        weights = {k: v.detach().contiguous() for k, v in model.state_dict().items() if k not in tied}
+        save_file(weights, tmp / "model.safetensors")
+        if optimizer is not None:
+            tensors, groups = _optimizer_tensors(optimizer)
+            tensors["rng_state"] = torch.get_rng_state()  # dropout on the CPU draws from this generator
+            device = next(model.parameters()).device
+            if device.type == "cuda":
+                tensors["cuda_rng_state"] = torch.cuda.get_rng_state(device)  # and on a GPU from this one
+            save_file(tensors, tmp / "optimizer.safetensors")
+            info = {**info, "param_groups": groups}
+        shutil.copyfile(tokenizer_file, tmp / "tokenizer.json")
+        files = {file.name: file_sha256(file) for file in sorted(tmp.iterdir())}
+        info = {**info, "config": asdict(model.config), "tokenizer_sha256": files["tokenizer.json"], "files": files}
+        (tmp / "checkpoint.json").write_text(json.dumps(info, indent=1))  # written last: it vouches for the rest
+        mask = _umask()
+        for file in tmp.iterdir():
+            file.chmod(0o666 & ~mask)  # the modes any file of the user gets, not the 0600 of a temporary file
+            _fsync(file)
+        tmp.chmod(0o777 & ~mask)
+        _fsync(tmp)
+        if path.exists():
+            shutil.rmtree(old, ignore_errors=True)
+            path.rename(old)
+        tmp.rename(path)  # the instant the new checkpoint replaces the old one
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     shutil.rmtree(old, ignore_errors=True)
     _fsync(path.parent)
     return path
@@ -104,17 +124,74 @@ def _read_info(path: Path) -> dict:
     return {**info, "path": str(path)}
 
 
+class _ChangedDuringRead(ValueError):
+    """A file's sha256 differs from checkpoint.json's: damaged, or replaced by a save while it was read."""
+
+
+def _read_verified(path: Path, name: str, info: dict) -> bytes:
+    """The bytes of file `name` of a checkpoint folder, checked against the sha256 its checkpoint.json records."""
+    file = path / name
+    try:
+        data = file.read_bytes()
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{file} is missing: copy the checkpoint folder whole, or train again") from None
+    expected = info.get("files", {}).get(name)  # older checkpoints record no sums: nothing to check
+    if expected is not None and hashlib.sha256(data).hexdigest() != expected:
+        raise _ChangedDuringRead(
+            f"{file} is not the file its checkpoint.json records (sha256 differs): it is damaged, or comes from "
+            f"another save; use {path.name}.old next to it if there is one, or train again"
+        )
+    return data
+
+
+def _load_tensors(path: Path, name: str, info: dict, device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
+    """A verified safetensors file of the checkpoint folder, as tensors on `device`."""
+    data = _read_verified(path, name, info)
+    try:
+        tensors = load(data)
+    except SafetensorError as error:
+        raise ValueError(f"{path / name} is not a readable safetensors file ({error}); train again") from None
+    return {key: value.to(device) for key, value in tensors.items()}
+
+
+def _retry_torn(load_once, attempts: int = 8):
+    """Run `load_once`, again if a save replaced the folder while it was being read (a torn read)."""
+    for attempt in range(attempts):
+        try:
+            return load_once()
+        except (_ChangedDuringRead, FileNotFoundError):  # a file, or the folder, swapped out under the reader
+            if attempt == attempts - 1:
+                raise
+            time.sleep(0.02 * (attempt + 1))  # a save takes a moment: let it finish
+
+
 def load_checkpoint(path: str | Path, device: torch.device | str = "cpu") -> tuple[Transformer, dict]:
-    """Rebuild the model saved in a checkpoint folder; returns (model, info). Errors say what is wrong."""
-    path = Path(path)
+    """Rebuild the model saved in a checkpoint folder; returns (model, info). Errors say what is wrong.
+
+    info["path"] is the folder actually read: `path`, or `path.old` when a save was interrupted.
+    """
+    return _retry_torn(lambda: _load_model(_resolve(Path(path)), device))
+
+
+def _resolve(path: Path) -> Path:
+    """The checkpoint folder to read: `path`, or `path.old` when a save was interrupted between its renames."""
     if not path.exists() and path.with_name(path.name + ".old").exists():
-        path = path.with_name(path.name + ".old")  # a save was interrupted between its two renames
+        return path.with_name(path.name + ".old")
+    return path
+
+
+def _load_model(path: Path, device: torch.device | str) -> tuple[Transformer, dict]:
+    """One attempt of load_checkpoint on the folder `path`."""
     info = _read_info(path)
     tokenizer_file = path / "tokenizer.json"
-    if not tokenizer_file.exists() or _sha256(tokenizer_file) != info["tokenizer_sha256"]:
-        raise ValueError(
-            f"{tokenizer_file} is missing or is not the tokenizer this model was trained with (its sha256 "
-            f"differs from the one in checkpoint.json); copy the checkpoint folder whole"
+    try:
+        tokenizer_bytes = tokenizer_file.read_bytes()
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{tokenizer_file} is missing: copy the checkpoint folder whole") from None
+    if hashlib.sha256(tokenizer_bytes).hexdigest() != info["tokenizer_sha256"]:
+        raise _ChangedDuringRead(
+            f"{tokenizer_file} is not the tokenizer this model was trained with (its sha256 differs from the "
+            f"one in checkpoint.json); copy the checkpoint folder whole"
         )
     try:
         config = TransformerConfig(**info["config"])
@@ -124,7 +201,7 @@ def load_checkpoint(path: str | Path, device: torch.device | str = "cpu") -> tup
             f"({error}); load it with the version of transformer_book that wrote it"
         ) from None
     model = Transformer(config).to(device)
-    weights = load_file(path / "model.safetensors", device=str(device))
+    weights = _load_tensors(path, "model.safetensors", info, device)
     if config.tie_embeddings:
         weights["tgt_embed.weight"] = weights["generator.weight"] = weights["src_embed.weight"]
     expected = model.state_dict()
@@ -141,8 +218,12 @@ def load_checkpoint(path: str | Path, device: torch.device | str = "cpu") -> tup
 
 def load_optimizer_state(optimizer: torch.optim.Optimizer, path: str | Path, device: torch.device | str) -> None:
     """Restore Adam's state and the random-number generators saved in the checkpoint folder `path`."""
-    path = Path(path)
-    tensors = load_file(path / "optimizer.safetensors")
+    def read() -> tuple[dict, dict[str, torch.Tensor]]:
+        folder = _resolve(Path(path))
+        info = _read_info(folder)
+        return info, _load_tensors(folder, "optimizer.safetensors", info)
+
+    info, tensors = _retry_torn(read)
     torch.set_rng_state(tensors.pop("rng_state"))
     cuda_rng_state = tensors.pop("cuda_rng_state", None)
     if cuda_rng_state is not None and torch.device(device).type == "cuda":
@@ -152,4 +233,4 @@ def load_optimizer_state(optimizer: torch.optim.Optimizer, path: str | Path, dev
         index, name = key.split(".", 1)
         state.setdefault(int(index), {})[name] = value
     # load_state_dict moves each moment estimate to its weight's device and dtype.
-    optimizer.load_state_dict({"state": state, "param_groups": _read_info(path)["param_groups"]})
+    optimizer.load_state_dict({"state": state, "param_groups": info["param_groups"]})

@@ -18,23 +18,64 @@ from .run import train
 from .translate import Translator, evaluate
 
 # %% ../../chapters/10_training_on_gpu.ipynb #5863bd14
+def _at_least_one(text: str) -> int:
+    """An argparse type: a whole number of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _sentences(arguments: list[str]) -> list[str | None]:
+    """The sentences to translate: the arguments, else the lines of stdin; None for one that is not UTF-8 text."""
+    kind = "argument" if arguments else "line"
+    raw = [a.encode("utf-8", "surrogateescape") for a in arguments] or sys.stdin.buffer.read().splitlines()
+    sentences: list[str | None] = []
+    for number, item in enumerate(raw, start=1):
+        try:
+            sentences.append(item.decode("utf-8"))
+        except UnicodeDecodeError:
+            print(f"error: {kind} {number} is not UTF-8 text; its output line is left empty", file=sys.stderr)
+            sentences.append(None)
+    return sentences
+
+
 def main(argv: list[str] | None = None) -> int:
-    """The command line: train, translate or evaluate (python -m transformer_book --help)."""
+    """The command line: train, translate or evaluate (python -m transformer_book --help).
+
+    An expected error (bad input, a missing or damaged file) prints `error: ...` and exits with status 2;
+    `--debug` shows the traceback instead.
+    """
     parser = argparse.ArgumentParser(prog="python -m transformer_book", description="Building the Transformer")
+    parser.add_argument("--debug", action="store_true", help="show the full traceback of an error")
     commands = parser.add_subparsers(dest="command", required=True)
     p = commands.add_parser("train", help="train (or resume) a German-to-English model on Multi30k")
     p.add_argument("--preset", choices=sorted(PRESETS), default=None, help="default: gpu with CUDA, else cpu")
     p.add_argument("--out", default="runs/multi30k", help="run folder; checkpoints go to OUT/last and OUT/best")
-    p.add_argument("--max-steps", type=int, default=None, help="stop after this many steps (resumable)")
+    p.add_argument("--max-steps", type=_at_least_one, default=None, help="stop after this many steps (resumable)")
     p = commands.add_parser("translate", help="translate German sentences (arguments, or lines on stdin)")
     p.add_argument("--checkpoint", required=True, help="a checkpoint folder, e.g. runs/multi30k/best")
-    p.add_argument("--beam-size", type=int, default=4)
+    p.add_argument("--beam-size", type=_at_least_one, default=4)
     p.add_argument("sentences", nargs="*")
     p = commands.add_parser("evaluate", help="sacreBLEU of a checkpoint on a Multi30k split")
     p.add_argument("--checkpoint", required=True)
     p.add_argument("--split", default="test2016", choices=sorted(data.SPLITS))
-    p.add_argument("--beam-size", type=int, default=4)
+    p.add_argument("--beam-size", type=_at_least_one, default=4)
     args = parser.parse_args(argv)
+    try:
+        return _run(args)
+    except (ValueError, TypeError, OSError, RuntimeError) as error:  # DataError is a RuntimeError
+        if args.debug:
+            raise
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace) -> int:
+    """Carry out one parsed command; returns the exit status."""
     if args.command == "train":
         distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1  # started by torchrun with several processes
         device = start_distributed() if distributed else None
@@ -46,11 +87,15 @@ def main(argv: list[str] | None = None) -> int:
         if int(os.environ.get("RANK", "0")) == 0:
             best = max((r["val_bleu"] for r in run["history"]), default=float("nan"))
             print(f"best validation BLEU {best:.2f}; checkpoints in {args.out}/best and {args.out}/last")
-    elif args.command == "translate":
+        return 0
+    if args.command == "translate":
         translator = Translator.from_checkpoint(args.checkpoint)
-        for line in translator.translate(args.sentences or [s.rstrip("\n") for s in sys.stdin], args.beam_size):
-            print(line)
-    else:
-        result = evaluate(Translator.from_checkpoint(args.checkpoint), data.load_multi30k(args.split), args.beam_size)
-        print(f"BLEU {result['bleu']:.2f} (lowercased {result['bleu_lowercase']:.2f})  {result['signature']}")
+        sentences = _sentences(args.sentences)
+        readable = [s for s in sentences if s is not None]
+        translations = iter(translator.translate(readable, args.beam_size))
+        for sentence in sentences:
+            print(next(translations) if sentence is not None else "")
+        return 0 if len(readable) == len(sentences) else 2
+    result = evaluate(Translator.from_checkpoint(args.checkpoint), data.load_multi30k(args.split), args.beam_size)
+    print(f"BLEU {result['bleu']:.2f} (lowercased {result['bleu_lowercase']:.2f})  {result['signature']}")
     return 0

@@ -2,12 +2,14 @@
 """The training run on Multi30k: checkpoints, resume, copies to a second disk (chapter 10)."""
 
 # %% auto #0
-__all__ = ['COPY_EVERY_MINUTES', 'validation_loss', 'copy_run', 'train', 'step_cost']
+__all__ = ['COPY_EVERY_MINUTES', 'validation_loss', 'hold_run_folder', 'copy_run', 'train', 'step_cost']
 
 # %% ../../chapters/10_training_on_gpu.ipynb #9c3d2b47
+import os
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict
 from pathlib import Path
 
@@ -19,7 +21,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.flop_counter import FlopCounterMode
 
 from . import data
-from .checkpoint import load_checkpoint, load_optimizer_state, save_checkpoint
+from .checkpoint import file_sha256, load_checkpoint, load_optimizer_state, save_checkpoint
 from .distributed import ShardedLoss, shard
 from .masking import Batch
 from .model import Transformer
@@ -59,6 +61,33 @@ def validation_loss(model, examples, preset: Preset, device, amp_dtype, loss_fn)
 
 # %% ../../chapters/10_training_on_gpu.ipynb #c4e8a1f6
 COPY_EVERY_MINUTES = 20.0  # how often `train` copies its checkpoints to a second place such as Google Drive
+
+
+@contextmanager
+def hold_run_folder(out: Path) -> Iterator[None]:
+    """Hold an exclusive lock on a run folder while training in it: a second training there fails at once."""
+    try:
+        import fcntl
+    except ImportError:  # Windows has no flock: the folder goes unguarded
+        yield
+        return
+    with open(out / ".lock", "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "unknown"
+            raise RuntimeError(
+                f"another process (PID {holder}) is training in {out}; wait for it to finish, or give "
+                f"another output folder"
+            ) from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"{os.getpid()}\n")
+        handle.flush()
+        for stale in out.glob(".*.tmp"):  # what saves killed half-way left behind
+            shutil.rmtree(stale, ignore_errors=True)
+        yield  # closing the file at the end releases the lock
 
 
 def _has_checkpoint(folder: Path) -> bool:
@@ -123,133 +152,143 @@ def train(
     preset = preset if isinstance(preset, Preset) else choose_preset(preset, device)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    copy_to = Path(copy_to) if copy_to is not None else None
-    if copy_to is not None and rank == 0 and not _has_checkpoint(out) and _has_checkpoint(copy_to):
-        copy_run(copy_to, out)  # the session that wrote `out` is gone: go on from the copy
-        log(f"copied the run saved in {copy_to} to {out}")
-    last_copy = time.monotonic()
-    set_seed(preset.seed)
-    if distributed and rank > 0:
-        dist.barrier()  # wait for process 0 to train and save the tokenizer, then read it
-    tokenizer, tokenizer_file, examples, val_pairs = _prepare_data(preset, out, root)
-    if distributed and rank == 0:
-        dist.barrier()
-    val_examples = data.encode_pairs(val_pairs, tokenizer, max_len=preset.max_sentence_tokens)
-    model = Transformer(model_config(preset, tokenizer.get_vocab_size())).to(device)
-    optimizer = make_optimizer(model)
-    amp_dtype = pick_amp_dtype(device, preset.amp)
-    scaler = torch.amp.GradScaler(device.type) if amp_dtype == torch.float16 else None
-    state = TrainState()
-    info: dict = {"preset": asdict(preset), "history": [], "device": str(device), "amp": str(amp_dtype)}
-    if _has_checkpoint(out):
-        saved_model, saved = load_checkpoint(out / "last", device)
-        if saved["preset"] != asdict(preset):
-            raise ValueError(
-                f"{out} holds a run of preset {saved['preset']['name']!r} with other settings; resume it with "
-                f"the same preset, or give another output folder"
-            )
-        model.load_state_dict(saved_model.state_dict())
-        load_optimizer_state(optimizer, saved["path"], device)
-        if scaler is not None and "scaler" in saved:
-            scaler.load_state_dict(saved["scaler"])  # the loss scale float16 had settled on
-        state = TrainState(**saved["train_state"])
-        info = {k: v for k, v in saved.items() if k not in ("param_groups", "config", "tokenizer_sha256", "path")}
-        log(f"resuming {out} at step {state.step} (epoch {state.epoch + 1}, batch {state.batch_in_epoch})")
-    # last_epoch = updates already made - 1: a resumed schedule continues where it stopped. Steps whose update
-    # float16's scaler skipped did not advance it (chapter 7's train_step).
-    scheduler = WarmupSchedule(
-        optimizer, preset.d_model, preset.warmup_steps, preset.lr_factor, state.step - state.skipped_steps - 1
-    )
-    loss_fn = LabelSmoothingLoss(preset.label_smoothing, ignore_index=data.PAD_ID)
-    train_model, train_loss = model, loss_fn
-    if distributed:
-        torch.manual_seed(preset.seed + 1000 * rank + state.step)  # each process its own dropout masks
-        train_model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
-        train_loss = ShardedLoss(loss_fn, data.PAD_ID)
-    tokens_counted = state.tokens_seen
-
-    def batches(epoch: int) -> list:
-        whole = data.batch_by_tokens(examples, preset.max_tokens, shuffle=True, seed=preset.seed, epoch=epoch)
-        return [shard(batch, rank, world_size) for batch in whole] if distributed else whole
-
-    def checkpoint(name: str, copy_now: bool = False) -> None:
-        """Save `last` (all that resuming needs) or `best` (weights only: all that translating needs)."""
-        nonlocal last_copy
-        if rank > 0:
-            return  # one writer: the processes hold the same weights
-        info["train_state"] = asdict(state)
-        if scaler is not None:
-            info["scaler"] = scaler.state_dict()
-        save_checkpoint(out / name, model, optimizer if name == "last" else None, info, tokenizer_file)
-        # The copy is made seldom: on Google Drive every replaced copy goes to the trash, which uses the quota.
-        if copy_to is not None and (copy_now or time.monotonic() - last_copy > 60 * COPY_EVERY_MINUTES):
-            copy_run(out, copy_to)
-            last_copy = time.monotonic()
-
-    def on_step_end(state: TrainState) -> bool:
-        nonlocal tokens_counted
-        over_time = preset.time_limit_minutes is not None and state.train_seconds > 60 * preset.time_limit_minutes
-        if distributed:  # the whole batch's loss and tokens for the record, and one decision to stop for all
-            summed = torch.tensor([state.losses[-1], state.tokens_seen - tokens_counted, over_time],
-                                  dtype=torch.float64, device=device)
-            dist.all_reduce(summed)
-            state.losses[-1] = summed[0].item() / world_size
-            state.tokens_seen = tokens_counted + int(summed[1].item())
-            over_time = summed[2].item() > 0
+    with hold_run_folder(out) if rank == 0 else nullcontext():
+        copy_to = Path(copy_to) if copy_to is not None else None
+        if copy_to is not None and rank == 0 and not _has_checkpoint(out) and _has_checkpoint(copy_to):
+            copy_run(copy_to, out)  # the session that wrote `out` is gone: go on from the copy
+            log(f"copied the run saved in {copy_to} to {out}")
+        last_copy = time.monotonic()
+        set_seed(preset.seed)
+        if distributed and rank > 0:
+            dist.barrier()  # wait for process 0 to train and save the tokenizer, then read it
+        tokenizer, tokenizer_file, examples, val_pairs = _prepare_data(preset, out, root)
+        if distributed and rank == 0:
+            dist.barrier()
+        val_examples = data.encode_pairs(val_pairs, tokenizer, max_len=preset.max_sentence_tokens)
+        model = Transformer(model_config(preset, tokenizer.get_vocab_size())).to(device)
+        optimizer = make_optimizer(model)
+        amp_dtype = pick_amp_dtype(device, preset.amp)
+        scaler = torch.amp.GradScaler(device.type) if amp_dtype == torch.float16 else None
+        state = TrainState()
+        info: dict = {"preset": asdict(preset), "history": [], "device": str(device), "amp": str(amp_dtype)}
+        if _has_checkpoint(out):
+            saved_model, saved = load_checkpoint(out / "last", device)
+            missing = [key for key in ("preset", "train_state") if key not in saved]
+            if missing:
+                raise ValueError(f"{saved['path']}/checkpoint.json has no {missing}: it was not written by train(); "
+                                 f"move it away to start afresh")
+            if saved["tokenizer_sha256"] != file_sha256(tokenizer_file):
+                raise ValueError(
+                    f"{tokenizer_file} is not the tokenizer the run in {out} was trained with (its sha256 differs "
+                    f"from {saved['path']}/checkpoint.json's); put back {saved['path']}/tokenizer.json, or start afresh"
+                )
+            if saved["preset"] != asdict(preset):
+                raise ValueError(
+                    f"{out} holds a run of preset {saved['preset']['name']!r} with other settings; resume it with "
+                    f"the same preset, or give another output folder"
+                )
+            model.load_state_dict(saved_model.state_dict())
+            load_optimizer_state(optimizer, saved["path"], device)
+            if scaler is not None and "scaler" in saved:
+                scaler.load_state_dict(saved["scaler"])  # the loss scale float16 had settled on
+            state = TrainState(**saved["train_state"])
+            info = {k: v for k, v in saved.items() if k not in ("param_groups", "config", "tokenizer_sha256", "path")}
+            log(f"resuming {out} at step {state.step} (epoch {state.epoch + 1}, batch {state.batch_in_epoch})")
+        # last_epoch = updates already made - 1: a resumed schedule continues where it stopped. Steps whose update
+        # float16's scaler skipped did not advance it (chapter 7's train_step).
+        scheduler = WarmupSchedule(
+            optimizer, preset.d_model, preset.warmup_steps, preset.lr_factor, state.step - state.skipped_steps - 1
+        )
+        loss_fn = LabelSmoothingLoss(preset.label_smoothing, ignore_index=data.PAD_ID)
+        train_model, train_loss = model, loss_fn
+        if distributed:
+            torch.manual_seed(preset.seed + 1000 * rank + state.step)  # each process its own dropout masks
+            train_model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+            train_loss = ShardedLoss(loss_fn, data.PAD_ID)
         tokens_counted = state.tokens_seen
-        if over_time or (max_steps is not None and state.step >= max_steps):
-            info["stopped"] = "time limit" if over_time else f"max_steps={max_steps}"
-            checkpoint("last", copy_now=True)
-            return True
-        if state.step % 200 == 0:
+
+        def batches(epoch: int) -> list:
+            whole = data.batch_by_tokens(examples, preset.max_tokens, shuffle=True, seed=preset.seed, epoch=epoch)
+            return [shard(batch, rank, world_size) for batch in whole] if distributed else whole
+
+        def checkpoint(name: str, copy_now: bool = False) -> None:
+            """Save `last` (all that resuming needs) or `best` (weights only: all that translating needs)."""
+            nonlocal last_copy
+            if rank > 0:
+                return  # one writer: the processes hold the same weights
+            info["train_state"] = asdict(state)
+            if scaler is not None:
+                info["scaler"] = scaler.state_dict()
+            save_checkpoint(out / name, model, optimizer if name == "last" else None, info, tokenizer_file)
+            # The copy is made seldom: on Google Drive every replaced copy goes to the trash, which uses the quota.
+            if copy_to is not None and (copy_now or time.monotonic() - last_copy > 60 * COPY_EVERY_MINUTES):
+                copy_run(out, copy_to)
+                last_copy = time.monotonic()
+
+        def on_step_end(state: TrainState) -> bool:
+            nonlocal tokens_counted
+            over_time = preset.time_limit_minutes is not None and state.train_seconds > 60 * preset.time_limit_minutes
+            if distributed:  # the whole batch's loss and tokens for the record, and one decision to stop for all
+                summed = torch.tensor([state.losses[-1], state.tokens_seen - tokens_counted, over_time],
+                                      dtype=torch.float64, device=device)
+                dist.all_reduce(summed)
+                state.losses[-1] = summed[0].item() / world_size
+                state.tokens_seen = tokens_counted + int(summed[1].item())
+                over_time = summed[2].item() > 0
+            tokens_counted = state.tokens_seen
+            if over_time or (max_steps is not None and state.step >= max_steps):
+                info["stopped"] = "time limit" if over_time else f"max_steps={max_steps}"
+                checkpoint("last", copy_now=True)
+                return True
+            if state.step % 200 == 0:
+                checkpoint("last")
+            return False
+
+        def on_epoch_end(state: TrainState) -> None:
+            if rank > 0:
+                return  # process 0 evaluates; the others wait for it at the next step
+            start = time.perf_counter()
+            sample = val_pairs[: preset.val_bleu_sentences]
+            hypotheses = Translator(model, tokenizer, device).translate([src for src, _ in sample], beam_size=1)
+            bleu = sacrebleu.corpus_bleu(hypotheses, [[tgt for _, tgt in sample]]).score
+            partial = state.batch_in_epoch > 0  # scored when the time limit stopped an epoch midway
+            steps_in_epoch = state.batch_in_epoch if partial else len(batches(state.epoch - 1))
+            epoch = state.epoch + state.batch_in_epoch / len(batches(state.epoch)) if partial else state.epoch
+            record = {
+                "epoch": round(epoch, 2), "step": state.step,
+                "train_loss": sum(state.losses[-steps_in_epoch:]) / steps_in_epoch,
+                "val_loss": validation_loss(model, val_examples, preset, device, amp_dtype, loss_fn),
+                "val_bleu": bleu, "train_seconds": state.train_seconds, "tokens_seen": state.tokens_seen,
+                "skipped_steps": state.skipped_steps, "eval_seconds": time.perf_counter() - start,
+            }
+            info["history"].append(record)
+            log(
+                f"epoch {record['epoch']:5.2f}  train loss {record['train_loss']:.3f}  val loss {record['val_loss']:.3f}  "
+                f"val BLEU {bleu:5.2f}  {state.train_seconds / 60:5.1f} min  "
+                f"{state.tokens_seen / state.train_seconds:,.0f} target tokens/s"
+                + (f"  {state.skipped_steps} updates skipped by the float16 scaler" if state.skipped_steps else "")
+            )
+            if bleu >= max(r["val_bleu"] for r in info["history"]):  # best first: `last` records it as saved
+                checkpoint("best")
             checkpoint("last")
-        return False
 
-    def on_epoch_end(state: TrainState) -> None:
-        if rank > 0:
-            return  # process 0 evaluates; the others wait for it at the next step
-        start = time.perf_counter()
-        sample = val_pairs[: preset.val_bleu_sentences]
-        hypotheses = Translator(model, tokenizer, device).translate([src for src, _ in sample], beam_size=1)
-        bleu = sacrebleu.corpus_bleu(hypotheses, [[tgt for _, tgt in sample]]).score
-        partial = state.batch_in_epoch > 0  # scored when the time limit stopped an epoch midway
-        steps_in_epoch = state.batch_in_epoch if partial else len(batches(state.epoch - 1))
-        epoch = state.epoch + state.batch_in_epoch / len(batches(state.epoch)) if partial else state.epoch
-        record = {
-            "epoch": round(epoch, 2), "step": state.step,
-            "train_loss": sum(state.losses[-steps_in_epoch:]) / steps_in_epoch,
-            "val_loss": validation_loss(model, val_examples, preset, device, amp_dtype, loss_fn),
-            "val_bleu": bleu, "train_seconds": state.train_seconds, "tokens_seen": state.tokens_seen,
-            "skipped_steps": state.skipped_steps, "eval_seconds": time.perf_counter() - start,
-        }
-        info["history"].append(record)
-        log(
-            f"epoch {record['epoch']:5.2f}  train loss {record['train_loss']:.3f}  val loss {record['val_loss']:.3f}  "
-            f"val BLEU {bleu:5.2f}  {state.train_seconds / 60:5.1f} min  "
-            f"{state.tokens_seen / state.train_seconds:,.0f} target tokens/s"
-            + (f"  {state.skipped_steps} updates skipped by the float16 scaler" if state.skipped_steps else "")
-        )
-        if bleu >= max(r["val_bleu"] for r in info["history"]):  # best first: `last` records it as saved
+        if info.get("stopped") != "time limit":
+            info.pop("stopped", None)
+            fit(
+                train_model, batches, optimizer, train_loss, device=device, epochs=preset.epochs, scheduler=scheduler,
+                amp_dtype=amp_dtype, scaler=scaler, state=state, on_step_end=on_step_end, on_epoch_end=on_epoch_end,
+                progress=progress and rank == 0,
+            )
+        if info.get("stopped") == "time limit" and state.batch_in_epoch > 0 and not info.get("scored_partial"):
+            info["scored_partial"] = True
+            on_epoch_end(state)  # score the unfinished epoch too: it may be the best model
+        if not (out / "best").exists():
             checkpoint("best")
-        checkpoint("last")
-
-    if info.get("stopped") != "time limit":
-        info.pop("stopped", None)
-        fit(
-            train_model, batches, optimizer, train_loss, device=device, epochs=preset.epochs, scheduler=scheduler,
-            amp_dtype=amp_dtype, scaler=scaler, state=state, on_step_end=on_step_end, on_epoch_end=on_epoch_end,
-            progress=progress and rank == 0,
-        )
-    if info.get("stopped") == "time limit" and state.batch_in_epoch > 0 and not info.get("scored_partial"):
-        info["scored_partial"] = True
-        on_epoch_end(state)  # score the unfinished epoch too: it may be the best model
-    if not (out / "best").exists():
-        checkpoint("best")
-    if copy_to is not None and rank == 0:
-        copy_run(out, copy_to)  # the finished run, best and last
-    if distributed:
-        dist.barrier()  # every process returns once process 0 has written the run's last checkpoints
-    return info
+        if copy_to is not None and rank == 0:
+            copy_run(out, copy_to)  # the finished run, best and last
+        if distributed:
+            dist.barrier()  # every process returns once process 0 has written the run's last checkpoints
+        return info
 
 # %% ../../chapters/10_training_on_gpu.ipynb #b5e2c7a4
 def step_cost(model: Transformer, batch: Batch, loss_fn: nn.Module) -> dict[str, int]:

@@ -36,8 +36,8 @@ class Translator:
     def from_checkpoint(cls, path: str | Path, device: torch.device | str | None = None) -> "Translator":
         """Load a checkpoint folder written by `train` (the command line's default: runs/multi30k/best)."""
         device = torch.device(device) if device is not None else pick_device()
-        model, _ = load_checkpoint(path, device)
-        tokenizer = data.load_tokenizer(Path(path) / "tokenizer.json")
+        model, info = load_checkpoint(path, device)
+        tokenizer = data.load_tokenizer(Path(info["path"]) / "tokenizer.json")  # the folder actually read
         if tokenizer.get_vocab_size() != model.config.src_vocab_size:
             raise ValueError(
                 f"the tokenizer has {tokenizer.get_vocab_size()} tokens but the model expects "
