@@ -5,7 +5,11 @@ import hashlib
 import http.client
 import http.server
 import os
+import signal
+import subprocess
+import sys
 import threading
+import time
 import urllib.error
 from pathlib import Path
 
@@ -619,3 +623,77 @@ def test_batching_bad_input():
         batch_by_tokens([([5, EOS_ID], [BOS_ID, EOS_ID]), ([5], [BOS_ID])], 500)
     with pytest.raises(ValueError, match="batches is empty"):
         padding_efficiency([])
+
+
+class _Drip(http.server.BaseHTTPRequestHandler):
+    """Announces a large body, then sends one byte every 0.2 s: a server that never quite stops."""
+
+    def do_GET(self):  # noqa: N802 (the name http.server calls)
+        self.send_response(200)
+        self.send_header("Content-Length", str(10**6))
+        self.end_headers()
+        try:
+            for _ in range(600):
+                self.wfile.write(b"x")
+                self.wfile.flush()
+                time.sleep(0.2)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def drip_server():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Drip)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_server_that_drips_bytes_hits_the_deadline(tmp_path, drip_server, monkeypatch):
+    monkeypatch.setattr(data, "_DOWNLOAD_DEADLINE_S", 2)
+    start = time.monotonic()
+    with pytest.raises(TimeoutError, match="took longer than 2 s"):
+        data._fetch(f"{drip_server}/x", tmp_path / "f")
+    assert time.monotonic() - start < 10
+
+
+def test_a_server_that_drips_bytes_is_too_slow(tmp_path, drip_server, monkeypatch):
+    monkeypatch.setattr(data, "_RATE_GRACE_S", 1)
+    with pytest.raises(TimeoutError, match="too slow to finish"):
+        data._fetch(f"{drip_server}/x", tmp_path / "f")
+    assert isinstance(TimeoutError("x"), data._TRANSFER_ERRORS)
+
+
+def test_an_empty_data_variable_is_an_error_not_a_download(tmp_path, monkeypatch):
+    monkeypatch.setenv(data.DATA_ENV, "")
+    monkeypatch.setattr(data, "_fetch", lambda *args: pytest.fail("downloaded although the variable is set"))
+    with pytest.raises(DataError, match="is set but empty"):
+        download_multi30k(tmp_path)
+
+
+def test_sigterm_during_a_download_leaves_no_part_file(tmp_path, drip_server):
+    script = (
+        "import sys\nfrom transformer_book import data\n"
+        "data.MULTI30K_URL = sys.argv[1]\ndata.MULTI30K_FILES = {'x.gz': '0' * 64}\n"
+        "print('downloading', flush=True)\ndata.download_multi30k(sys.argv[2])\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != data.DATA_ENV}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1] / "src")
+    child = subprocess.Popen([sys.executable, "-c", script, drip_server, str(tmp_path)], stdout=subprocess.PIPE,
+                             text=True, env=env)
+    assert child.stdout.readline().strip() == "downloading"
+    folder = tmp_path / "multi30k"
+    for _ in range(100):  # wait until the transfer has started writing its .part file
+        if list(folder.glob(".*.part")):
+            break
+        time.sleep(0.05)
+    assert list(folder.glob(".*.part")), "the download never started"
+    child.send_signal(signal.SIGTERM)
+    assert child.wait(timeout=30) == 128 + signal.SIGTERM
+    assert not list(folder.glob("*.part")) and not list(folder.glob(".*.part"))

@@ -158,3 +158,46 @@ def test_a_line_that_is_not_utf8_is_reported_and_the_others_translated(saved):
     assert b"error: line 2 is not UTF-8 text" in result.stderr
     lines = result.stdout.decode().split("\n")[:3]
     assert lines[1] == "" and lines[0] == lines[2]
+
+
+@pytest.mark.parametrize("make, error, message", [
+    (lambda: __import__("transformer_book").positional.sinusoidal_encoding(2.5, 8), TypeError, "max_len must be an int"),
+    (lambda: __import__("transformer_book").positional.sinusoidal_encoding(4, 8.0), TypeError, "d_model must be an int"),
+    (lambda: __import__("transformer_book").multihead.MultiHeadAttention(32.0, 4), TypeError, "d_model must be an int"),
+    (lambda: __import__("transformer_book").multihead.MultiHeadAttention(32, 4.0), TypeError, "num_heads must be an int"),
+    (lambda: __import__("transformer_book").multihead.MultiHeadAttention(32, 4, dropout=1.5), ValueError, "dropout"),
+    (lambda: dataclasses.replace(model_config(PRESETS["smoke"], 60), norm_first="no"), TypeError,
+     "norm_first must be True or False"),
+    (lambda: dataclasses.replace(model_config(PRESETS["smoke"], 60), num_heads=2.0), TypeError, "num_heads must be an int"),
+])
+def test_constructors_refuse_wrong_types(make, error, message):
+    import transformer_book.multihead  # noqa: F401  (the lambdas reach the submodules through the package)
+    import transformer_book.positional  # noqa: F401
+
+    with pytest.raises(error, match=message):
+        make()
+
+
+def test_attention_refuses_mixed_or_integer_dtypes():
+    from transformer_book.attention import scaled_dot_product_attention
+
+    q = torch.randn(1, 3, 4)
+    with pytest.raises(TypeError, match="must share one floating-point dtype"):
+        scaled_dot_product_attention(q.double(), q, q)
+    with pytest.raises(TypeError, match="must share one floating-point dtype"):
+        scaled_dot_product_attention(q.long(), q.long(), q.long())
+
+
+def test_an_empty_batch_is_refused_by_name():
+    model = small_model(0, 60)
+    empty = torch.zeros(0, 3, dtype=torch.long)
+    with pytest.raises(ValueError, match="src is an empty batch"):
+        model(empty, empty)
+
+
+@pytest.mark.parametrize("bad", [None, b"ein hund", 42, ["ein hund", None]])
+def test_translator_refuses_what_is_not_text(saved, bad):
+    _, path, _ = saved
+    translator = Translator.from_checkpoint(path, CPU)
+    with pytest.raises(TypeError, match="sentences must be a str or a list of str"):
+        translator.translate(bad)

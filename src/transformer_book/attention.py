@@ -37,6 +37,12 @@ def _check_inputs(query: Tensor, key: Tensor, value: Tensor, dropout: nn.Module 
             f"the leading (batch) dimensions of query {tuple(query.shape)}, key {tuple(key.shape)} and value "
             f"{tuple(value.shape)} do not broadcast; make them equal or 1"
         ) from None
+    dtypes = {query.dtype, key.dtype, value.dtype}
+    if len(dtypes) > 1 or not query.dtype.is_floating_point:
+        raise TypeError(
+            f"query, key and value must share one floating-point dtype; got {query.dtype}, {key.dtype} and "
+            f"{value.dtype}; convert them, for example with .float()"
+        )
     if dropout is not None and not isinstance(dropout, nn.Module):
         raise TypeError(
             f"dropout must be a module such as nn.Dropout(p) or None; got {type(dropout).__name__} "

@@ -14,8 +14,10 @@ import http.client
 import os
 import random
 import re
-import shutil
+import signal
 import tempfile
+import threading
+import time
 import unicodedata
 import urllib.error
 import urllib.request
@@ -45,7 +47,10 @@ LANGUAGES = ("de", "en")
 DATA_ENV = "TRANSFORMER_BOOK_DATA"  # a folder holding multi30k/, used instead of any download
 DEFAULT_DATA_ROOT = Path("~/.cache/transformer_book")
 DOWNLOAD_ATTEMPTS = 2  # a download that breaks off or arrives corrupt is tried once more, then we give up
-_DOWNLOAD_TIMEOUT_S = 60
+_DOWNLOAD_TIMEOUT_S = 30  # the longest wait for the server to answer or send the next bytes
+_DOWNLOAD_DEADLINE_S = 300  # the longest one file may take in all (the largest, train.de.gz, is 0.7 MB)
+_MIN_RATE_BYTES_S = 2_000  # a transfer slower than this on average, after its first _RATE_GRACE_S, is given up
+_RATE_GRACE_S = 20
 _HASH_CHUNK_BYTES = 1 << 20
 
 # %% ../../chapters/09_translation_data.ipynb #a1d38227
@@ -62,9 +67,21 @@ def _sha256(path: Path) -> str:
 
 
 def _fetch(url: str, dest: Path) -> None:
-    """Copy the bytes at url into the file dest: the only code in this module that uses the network."""
+    """Copy the bytes at url into the file dest: the only code in this module that uses the network.
+
+    A server that answers but sends almost nothing cannot keep it waiting: the whole transfer has a deadline
+    and, after its first _RATE_GRACE_S seconds, a minimum average rate (the socket's own timeout covers each
+    wait only).
+    """
+    start = time.monotonic()
     with urllib.request.urlopen(url, timeout=_DOWNLOAD_TIMEOUT_S) as response, open(dest, "wb") as out:
-        shutil.copyfileobj(response, out)
+        while chunk := response.read1(1 << 16):  # read1: whatever has arrived, without waiting for 64 kB
+            out.write(chunk)
+            elapsed = time.monotonic() - start
+            if elapsed > _DOWNLOAD_DEADLINE_S:
+                raise TimeoutError(f"the transfer took longer than {_DOWNLOAD_DEADLINE_S} s")
+            if elapsed > _RATE_GRACE_S and out.tell() / elapsed < _MIN_RATE_BYTES_S:
+                raise TimeoutError(f"the transfer ran at {out.tell() / elapsed:.0f} bytes/s, too slow to finish")
         # http.client ends a body that stops short without an error; compare with the announced length
         announced = response.headers.get("Content-Length")
         if announced is not None and out.tell() != int(announced):
@@ -95,7 +112,28 @@ _OFFLINE_ADVICE = (
 _TRANSFER_ERRORS = (urllib.error.URLError, http.client.HTTPException, ConnectionError, TimeoutError)
 
 
+class _Terminated(Exception):
+    """SIGTERM arrived during a download (raised so that the temporary file is removed on the way out)."""
+
+
+def _raise_on_sigterm(signum, frame):
+    raise _Terminated()
+
+
 def _download_verified(name: str, folder: Path) -> None:
+    """Download one file into `folder`, verified, leaving no `.part` file behind, even on SIGTERM."""
+    in_main_thread = threading.current_thread() is threading.main_thread()  # only there can signals be handled
+    previous = signal.signal(signal.SIGTERM, _raise_on_sigterm) if in_main_thread else None
+    try:
+        _download_attempts(name, folder)
+    except _Terminated:
+        raise SystemExit(128 + signal.SIGTERM) from None  # the temporary file is gone by now: exit as asked
+    finally:
+        if in_main_thread:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _download_attempts(name: str, folder: Path) -> None:
     url, expected = f"{MULTI30K_URL}/{name}", MULTI30K_FILES[name]
     failures = []  # what went wrong in each attempt, for the error message
     for _ in range(DOWNLOAD_ATTEMPTS):
@@ -136,7 +174,13 @@ def download_multi30k(root: str | Path | None = None) -> Path:
     $TRANSFORMER_BOOK_DATA/multi30k/ (checked, never downloaded). Otherwise they are kept in
     <root>/multi30k/, root defaulting to ~/.cache/transformer_book, and fetched when missing or corrupt.
     """
-    if env := os.environ.get(DATA_ENV):
+    env = os.environ.get(DATA_ENV)
+    if env is not None:
+        if not env.strip():
+            raise DataError(
+                f"{DATA_ENV} is set but empty: set it to the folder that holds multi30k/, or unset it to download "
+                f"the files into {DEFAULT_DATA_ROOT}"
+            )
         return _check_local_copy(Path(env).expanduser() / "multi30k")
     folder = Path(root if root is not None else DEFAULT_DATA_ROOT).expanduser() / "multi30k"
     folder.mkdir(parents=True, exist_ok=True)

@@ -229,6 +229,9 @@ class TransformerConfig:
             raise ValueError(
                 f"d_model must be even for the sinusoidal encoding (sines and cosines in pairs); got {self.d_model}"
             )
+        for name in ("norm_first", "tie_embeddings"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name} must be True or False; got {getattr(self, name)!r}")
         if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)):
             raise TypeError(f"dropout must be a float; got {self.dropout!r}")
         if not 0.0 <= self.dropout < 1.0:
@@ -336,6 +339,8 @@ class Transformer(nn.Module):
             raise ValueError(f"{name} must be token ids of shape (B, T); got shape {tuple(tokens.shape)}")
         if tokens.dtype not in (torch.int64, torch.int32):
             raise TypeError(f"{name} must hold integer token ids (torch.long); got dtype {tokens.dtype}")
+        if tokens.size(0) == 0:
+            raise ValueError(f"{name} is an empty batch (B = 0); pass at least one sequence")
         if tokens.size(1) == 0:
             raise ValueError(f"{name} is empty (length 0); every sequence needs at least one token")
         low, high = (int(v) for v in torch.aminmax(tokens))

@@ -46,6 +46,11 @@ class MultiHeadAttention(nn.Module):
 
     def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0, bias: bool = True):
         super().__init__()
+        for name, size in (("d_model", d_model), ("num_heads", num_heads)):
+            if isinstance(size, bool) or not isinstance(size, int):
+                raise TypeError(f"{name} must be an int; got {size!r} of type {type(size).__name__}")
+        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be a probability in [0, 1); got {dropout!r}")
         if num_heads < 1 or d_model < 1:
             raise ValueError(
                 f"d_model and num_heads must be positive integers; got d_model={d_model}, num_heads={num_heads}"

@@ -14,6 +14,8 @@ PE_BASE = 10000.0  # the paper's base: wavelengths run from 2*pi up to PE_BASE *
 
 # %% ../../chapters/04_positional_encoding.ipynb #f45ad244
 def _check_d_model(d_model: int, what: str) -> None:
+    if isinstance(d_model, bool) or not isinstance(d_model, int):
+        raise TypeError(f"{what} must be an int; got {d_model!r} of type {type(d_model).__name__}")
     if d_model < 2 or d_model % 2 != 0:
         raise ValueError(
             f"{what} must be a positive even number, because dimensions come in (sine, cosine) pairs; "
@@ -28,6 +30,8 @@ def sinusoidal_encoding(max_len: int, d_model: int) -> Tensor:
     for pos = 0 .. max_len-1 and i = 0 .. d_model/2-1. d_model must be even.
     """
     _check_d_model(d_model, "d_model")
+    if isinstance(max_len, bool) or not isinstance(max_len, int):
+        raise TypeError(f"max_len must be an int; got {max_len!r} of type {type(max_len).__name__}")
     if max_len < 1:
         raise ValueError(f"max_len must be at least 1 (the number of positions in the table); got {max_len}")
     position = torch.arange(max_len, dtype=torch.float32).unsqueeze(1)  # (max_len, 1)

@@ -64,6 +64,11 @@ class Translator:
         """Translate one sentence (returns a string) or a list of them (returns a list, same order)."""
         if isinstance(sentences, str):
             return self.translate([sentences], beam_size, max_new_tokens)[0]
+        if not isinstance(sentences, (list, tuple)) or not all(isinstance(s, str) for s in sentences):
+            raise TypeError(
+                f"sentences must be a str or a list of str; got {type(sentences).__name__} "
+                f"{sentences!r:.80}; decode bytes first, for example with .decode('utf-8')"
+            )
         if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
             raise ValueError(f"beam_size must be an int >= 1 (1 is greedy decoding); got {beam_size!r}")
         longest = self.model.config.max_len - 1  # positions 0 .. max_len - 1, BOS included
