@@ -7,6 +7,7 @@ HTML with `--book-dir` (as `make test-book` does); `pytest tests/` leaves it out
 import os
 from pathlib import Path
 
+import pytest
 import torch
 
 # The tests use tiny models, for which one thread is fastest. It also keeps them quick when something else
@@ -14,6 +15,14 @@ import torch
 # can take ten times longer (measured on the book's 2-core machine).
 torch.set_num_threads(1)
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # for the command-line tests' subprocesses
+
+
+# Tests that read the real Multi30k files (CI: TRANSFORMER_BOOK_DATA=../shared/data) use this mark.
+DATA = os.environ.get("TRANSFORMER_BOOK_DATA")
+needs_data = pytest.mark.skipif(
+    not DATA or not (Path(DATA) / "multi30k").is_dir(),
+    reason="set TRANSFORMER_BOOK_DATA to a folder holding multi30k/ (CI uses ../shared/data)",
+)
 
 
 def pytest_addoption(parser):

@@ -11,8 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 import torch
+from conftest import needs_data
 
 from transformer_book import data
 from transformer_book.distributed import shard
@@ -20,11 +20,6 @@ from transformer_book.masking import make_batch
 from transformer_book.presets import PRESETS
 from transformer_book.run import train
 
-DATA = os.environ.get("TRANSFORMER_BOOK_DATA")
-needs_data = pytest.mark.skipif(
-    not DATA or not (Path(DATA) / "multi30k").is_dir(),
-    reason="set TRANSFORMER_BOOK_DATA to a folder holding multi30k/ (CI uses ../shared/data)",
-)
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CPU = torch.device("cpu")
 # No dropout and float32 (bfloat16 rounds the two runs differently), so that their losses can be compared.

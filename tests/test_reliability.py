@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import needs_data
 
 from transformer_book import data
 from transformer_book.checkpoint import load_checkpoint, save_checkpoint
@@ -19,11 +20,6 @@ from transformer_book.presets import PRESETS, model_config
 from transformer_book.run import train
 from transformer_book.translate import Translator
 
-DATA = os.environ.get("TRANSFORMER_BOOK_DATA")
-needs_data = pytest.mark.skipif(
-    not DATA or not (Path(DATA) / "multi30k").is_dir(),
-    reason="set TRANSFORMER_BOOK_DATA to a folder holding multi30k/ (CI uses ../shared/data)",
-)
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CPU = torch.device("cpu")
 TINY = dataclasses.replace(PRESETS["smoke"], train_subset=160, epochs=1, val_bleu_sentences=8, max_tokens=400)
