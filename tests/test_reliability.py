@@ -197,3 +197,14 @@ def test_translator_refuses_what_is_not_text(saved, bad):
     translator = Translator.from_checkpoint(path, CPU)
     with pytest.raises(TypeError, match="sentences must be a str or a list of str"):
         translator.translate(bad)
+
+
+@needs_data
+def test_resume_from_a_record_without_its_training_state_names_the_file(tmp_path):
+    train(TINY, tmp_path / "run", device=CPU, progress=False, max_steps=2)
+    record = tmp_path / "run" / "last" / "checkpoint.json"
+    info = json.loads(record.read_text())
+    del info["train_state"]
+    record.write_text(json.dumps(info))
+    with pytest.raises(ValueError, match=r"last/checkpoint\.json has no \['train_state'\]"):
+        train(TINY, tmp_path / "run", device=CPU, progress=False)
