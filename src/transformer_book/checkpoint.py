@@ -2,7 +2,7 @@
 """Checkpoints that survive a crash: safetensors files and a JSON record, written atomically (chapter 10)."""
 
 # %% auto #0
-__all__ = ['REQUIRED_KEYS', 'file_sha256', 'save_checkpoint', 'load_checkpoint', 'load_optimizer_state']
+__all__ = ['REQUIRED_KEYS', 'file_sha256', 'save_checkpoint', 'load_checkpoint', 'load_optimizer_state', 'average_checkpoints']
 
 # %% ../../chapters/10_training_on_gpu.ipynb #2b489135
 import hashlib
@@ -234,3 +234,25 @@ def load_optimizer_state(optimizer: torch.optim.Optimizer, path: str | Path, dev
         state.setdefault(int(index), {})[name] = value
     # load_state_dict moves each moment estimate to its weight's device and dtype.
     optimizer.load_state_dict({"state": state, "param_groups": info["param_groups"]})
+
+# %% ../../chapters/10_training_on_gpu.ipynb #a7e3c9d1
+def average_checkpoints(paths: list[str | Path], device: torch.device | str = "cpu") -> tuple[Transformer, dict]:
+    """One model whose every weight is the mean of that weight in several checkpoints of one run.
+
+    The paper evaluates the average of its last 5 checkpoints: late in training the weights wander around a
+    good point, and their mean often lies closer to it than any one of them. Returns (model, info of the last).
+    """
+    paths = [Path(p) for p in paths]
+    if not paths:
+        raise ValueError("average_checkpoints needs at least one checkpoint folder; got none")
+    models, infos = zip(*(load_checkpoint(p, device) for p in paths))
+    for path, info in zip(paths[1:], infos[1:]):
+        if info["config"] != infos[0]["config"] or info["tokenizer_sha256"] != infos[0]["tokenizer_sha256"]:
+            raise ValueError(
+                f"{path} holds a model of another configuration or tokenizer than {paths[0]}; average only "
+                f"checkpoints of one run (for example its snapshots/ folder)"
+            )
+    states = [m.state_dict() for m in models]
+    mean = {name: torch.stack([s[name].double() for s in states]).mean(0).to(states[0][name].dtype) for name in states[0]}
+    models[-1].load_state_dict(mean)
+    return models[-1], {**infos[-1], "averaged": [str(p) for p in paths]}

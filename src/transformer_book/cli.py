@@ -13,7 +13,7 @@ import torch.distributed as dist
 
 from . import data
 from .distributed import start_distributed
-from .presets import PRESETS
+from .presets import AMP_CHOICES, PRESETS
 from .run import train
 from .translate import Translator, evaluate
 
@@ -56,14 +56,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--preset", choices=sorted(PRESETS), default=None, help="default: gpu with CUDA, else cpu")
     p.add_argument("--out", default="runs/multi30k", help="run folder; checkpoints go to OUT/last and OUT/best")
     p.add_argument("--max-steps", type=_at_least_one, default=None, help="stop after this many steps (resumable)")
+    p.add_argument("--amp", choices=AMP_CHOICES, default=None,
+                   help="arithmetic: default the preset's (auto); off = float32, also where bfloat16 is available")
     p = commands.add_parser("translate", help="translate German sentences (arguments, or lines on stdin)")
     p.add_argument("--checkpoint", required=True, help="a checkpoint folder, e.g. runs/multi30k/best")
     p.add_argument("--beam-size", type=_at_least_one, default=4)
+    p.add_argument("--length-penalty", type=float, default=0.6, help="beam search's alpha; larger: longer output")
     p.add_argument("sentences", nargs="*")
     p = commands.add_parser("evaluate", help="sacreBLEU of a checkpoint on a Multi30k split")
     p.add_argument("--checkpoint", required=True)
     p.add_argument("--split", default="test2016", choices=sorted(data.SPLITS))
     p.add_argument("--beam-size", type=_at_least_one, default=4)
+    p.add_argument("--length-penalty", type=float, default=0.6, help="beam search's alpha; larger: longer output")
     args = parser.parse_args(argv)
     try:
         return _run(args)
@@ -79,6 +83,8 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "train":
         distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1  # started by torchrun with several processes
         device = start_distributed() if distributed else None
+        if args.amp is not None:
+            os.environ["TRANSFORMER_BOOK_AMP"] = args.amp  # read by choose_preset
         try:
             run = train(args.preset, args.out, device=device, max_steps=args.max_steps, log=print)
         finally:
@@ -92,10 +98,12 @@ def _run(args: argparse.Namespace) -> int:
         translator = Translator.from_checkpoint(args.checkpoint)
         sentences = _sentences(args.sentences)
         readable = [s for s in sentences if s is not None]
-        translations = iter(translator.translate(readable, args.beam_size))
+        translations = iter(translator.translate(readable, args.beam_size, length_penalty=args.length_penalty))
         for sentence in sentences:
             print(next(translations) if sentence is not None else "")
         return 0 if len(readable) == len(sentences) else 2
-    result = evaluate(Translator.from_checkpoint(args.checkpoint), data.load_multi30k(args.split), args.beam_size)
-    print(f"BLEU {result['bleu']:.2f} (lowercased {result['bleu_lowercase']:.2f})  {result['signature']}")
+    translator = Translator.from_checkpoint(args.checkpoint)
+    result = evaluate(translator, data.load_multi30k(args.split), args.beam_size, args.length_penalty)
+    print(f"BLEU {result['bleu']:.2f} (lowercased {result['bleu_lowercase']:.2f}, brevity penalty "
+          f"{result['brevity_penalty']:.3f})  {result['signature']}")
     return 0

@@ -271,6 +271,10 @@ def train(
             if bleu >= max(r["val_bleu"] for r in info["history"]):  # best first: `last` records it as saved
                 checkpoint("best")
             checkpoint("last")
+            if preset.average_last > 0:  # the weights of this epoch, for average_checkpoints; older ones go
+                save_checkpoint(out / "snapshots" / f"step-{state.step:06d}", model, None, info, tokenizer_file)
+                for old in sorted((out / "snapshots").glob("step-*"))[: -preset.average_last]:
+                    shutil.rmtree(old)
 
         if info.get("stopped") != "time limit":
             info.pop("stopped", None)

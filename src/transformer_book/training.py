@@ -62,24 +62,38 @@ class LabelSmoothingLoss(nn.Module):
             )
         if target.dtype.is_floating_point or target.dtype.is_complex or target.dtype == torch.bool:
             raise TypeError(f"target must hold integer class ids (torch.long); got dtype {target.dtype}")
-        eps = self.smoothing
         dtype = torch.promote_types(logits.dtype, torch.float32)  # float32 even under autocast; float64 stays
         keep = target != self.ignore_index  # (...): the positions that count
-        # Ignored positions get logits 0: a fully masked row there (softmax NaN) must not reach the gradients.
-        logits = logits.to(dtype).masked_fill(~keep.unsqueeze(-1), 0.0)  # (..., V)
-        log_probs = F.log_softmax(logits, dim=-1)  # (..., V): log p_k
         target = target.masked_fill(~keep, 0)  # (...): a valid id at ignored positions (ignore_index may be -100)
-        possible = log_probs != -math.inf  # (..., V): False where the logit is -inf (p_k = 0)
-        log_probs_possible = log_probs.masked_fill(~possible, 0.0)  # (..., V): impossible classes get q_k = 0
-        num_classes = possible.sum(dim=-1).to(dtype)  # (...): K, the classes that can be predicted
+        log_probs = F.log_softmax(logits.to(dtype), dim=-1)  # (..., V): log p_k
+        total = -log_probs.sum(dim=-1)  # (...): sum over k of -log p_k; inf if a logit is -inf, NaN if one is NaN
+        if not torch.isfinite(total).all():
+            return self._forward_with_impossible_classes(logits.to(dtype), target, keep)
         nll = -log_probs.gather(-1, target.unsqueeze(-1)).squeeze(-1)  # (...): -log p_y
-        total = -log_probs_possible.sum(dim=-1)  # (...): sum over possible k of -log p_k
+        return self._combine(nll, total, total - nll, logits.size(-1), keep)
+
+    def _combine(self, nll: Tensor, total: Tensor, others: Tensor, num_classes: Tensor | int, keep: Tensor) -> Tensor:
+        """The two formulas above, from -log p_y, the sums of -log p_k over all k and over k != y, and K."""
+        eps = self.smoothing
         if self.convention == "uniform":
             loss = (1.0 - eps) * nll + eps * (total / num_classes)  # (1 - eps)(-log p_y) + eps sum_k (1/K)(-log p_k)
         else:
-            others = total + log_probs_possible.gather(-1, target.unsqueeze(-1)).squeeze(-1)  # (...): k != y
-            loss = (1.0 - eps) * nll + eps / (num_classes - 1).clamp(min=1) * others  # ... + eps/(K-1) sum_{k!=y}
+            k_minus_1 = (num_classes - 1).clamp(min=1) if isinstance(num_classes, Tensor) else max(num_classes - 1, 1)
+            loss = (1.0 - eps) * nll + eps / k_minus_1 * others  # ... + eps/(K-1) sum_{k!=y}
         return loss[keep].sum() / keep.sum().clamp(min=1)
+
+    def _forward_with_impossible_classes(self, logits: Tensor, target: Tensor, keep: Tensor) -> Tensor:
+        """The careful path, for logits holding -inf (impossible classes) or NaN (at ignored positions)."""
+        # Ignored positions get logits 0: a fully masked row there (softmax NaN) must not reach the gradients.
+        logits = logits.masked_fill(~keep.unsqueeze(-1), 0.0)  # (..., V)
+        log_probs = F.log_softmax(logits, dim=-1)  # (..., V): log p_k
+        possible = log_probs != -math.inf  # (..., V): False where the logit is -inf (p_k = 0)
+        log_probs_possible = log_probs.masked_fill(~possible, 0.0)  # (..., V): impossible classes get q_k = 0
+        num_classes = possible.sum(dim=-1).to(logits.dtype)  # (...): K, the classes that can be predicted
+        nll = -log_probs.gather(-1, target.unsqueeze(-1)).squeeze(-1)  # (...): -log p_y
+        total = -log_probs_possible.sum(dim=-1)  # (...): sum over possible k of -log p_k
+        others = total + log_probs_possible.gather(-1, target.unsqueeze(-1)).squeeze(-1)  # (...): possible k != y
+        return self._combine(nll, total, others, num_classes, keep)
 
 # %% ../../chapters/07_label_smoothing_and_training.ipynb #af6231f8
 def noam_rate(step: int, d_model: int, warmup_steps: int, factor: float = 1.0) -> float:

@@ -59,11 +59,15 @@ class Translator:
 
     @torch.no_grad()
     def translate(
-        self, sentences: str | list[str], beam_size: int = 4, max_new_tokens: int | None = None
+        self, sentences: str | list[str], beam_size: int = 4, max_new_tokens: int | None = None,
+        length_penalty: float = 0.6,
     ) -> str | list[str]:
-        """Translate one sentence (returns a string) or a list of them (returns a list, same order)."""
+        """Translate one sentence (returns a string) or a list of them (returns a list, same order).
+
+        length_penalty is beam search's alpha (chapter 8; the paper's 0.6): larger values favour longer outputs.
+        """
         if isinstance(sentences, str):
-            return self.translate([sentences], beam_size, max_new_tokens)[0]
+            return self.translate([sentences], beam_size, max_new_tokens, length_penalty)[0]
         if not isinstance(sentences, (list, tuple)) or not all(isinstance(s, str) for s in sentences):
             raise TypeError(
                 f"sentences must be a str or a list of str; got {type(sentences).__name__} "
@@ -83,16 +87,24 @@ class Translator:
             if beam_size == 1:
                 out = greedy_decode(self.model, src, limit, data.BOS_ID, data.EOS_ID)  # (B, 1 + T_out)
             else:
-                out = beam_search(self.model, src, beam_size, limit, data.BOS_ID, data.EOS_ID)  # (B, 1 + T_out)
+                out = beam_search(
+                    self.model, src, beam_size, limit, data.BOS_ID, data.EOS_ID, length_penalty
+                )  # (B, 1 + T_out)
             for (i, _), row in zip(chunk, out.tolist()):
                 results[i] = data.decode(self.tokenizer, row)
         return results
 
 # %% ../../chapters/10_training_on_gpu.ipynb #c96b3668
-def evaluate(translator: Translator, pairs: list[tuple[str, str]], beam_size: int = 4) -> dict:
-    """sacreBLEU of the translations of `pairs` against their raw references, plus the lowercased score."""
+def evaluate(
+    translator: Translator, pairs: list[tuple[str, str]], beam_size: int = 4, length_penalty: float = 0.6
+) -> dict:
+    """sacreBLEU of the translations of `pairs` against their raw references, plus the lowercased score.
+
+    Also returns BLEU's brevity penalty (1 when the output is at least as long as the references) and the
+    length ratio output / references that sets it.
+    """
     start = time.perf_counter()
-    hypotheses = translator.translate([src for src, _ in pairs], beam_size=beam_size)
+    hypotheses = translator.translate([src for src, _ in pairs], beam_size=beam_size, length_penalty=length_penalty)
     seconds = time.perf_counter() - start
     references = [[tgt for _, tgt in pairs]]
     bleu = sacrebleu.BLEU()
@@ -102,6 +114,7 @@ def evaluate(translator: Translator, pairs: list[tuple[str, str]], beam_size: in
     return {
         "bleu": score.score, "signature": str(bleu.get_signature()),
         "bleu_lowercase": lowercase.score, "signature_lowercase": str(lowercase_bleu.get_signature()),
+        "brevity_penalty": score.bp, "length_ratio": score.sys_len / max(score.ref_len, 1),
         "hypotheses": hypotheses, "seconds": seconds,
     }
 
