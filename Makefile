@@ -89,7 +89,7 @@ ifeq ($(CHAPTERS),)
 	@echo "nbval: no notebooks in chapters/ yet"
 else
 	TRANSFORMER_BOOK_PRESET=$(TEST_PRESET) $(BIN)/python -m pytest --nbval $(CHAPTERS) \
-	  --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider
+	  --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider --durations=10
 endif
 
 # The browser test of the built book alone (run `make book` first, or use `make test`).

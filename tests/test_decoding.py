@@ -18,6 +18,7 @@ from transformer_book.decoding import (
     greedy_decode,
     hypothesis_score,
 )
+from transformer_book.masking import padding_mask
 from transformer_book.model import Transformer, TransformerConfig
 
 PAD_ID, BOS_ID, EOS_ID = 0, 1, 2
@@ -439,7 +440,7 @@ def model():
 @pytest.mark.parametrize(
     ("call", "error", "message"),
     [
-        (lambda m, s: greedy_decode(m, s[0], 5, BOS_ID, EOS_ID), ValueError, r"shape \(B, T_src\).*src\[None\]"),
+        (lambda m, s: greedy_decode(m, s[0], 5, BOS_ID, EOS_ID), ValueError, r"shape \(B, T\).*src\[None\]"),
         (lambda m, s: greedy_decode(m, s[:, :0], 5, BOS_ID, EOS_ID), ValueError, "T_src >= 1"),
         (lambda m, s: greedy_decode(m, s.float(), 5, BOS_ID, EOS_ID), TypeError, "integer token ids"),
         (lambda m, s: greedy_decode(m, s.tolist(), 5, BOS_ID, EOS_ID), TypeError, "must be a tensor"),
@@ -482,3 +483,15 @@ def test_decoders_reject_bad_input(model, call, error, message):
 def test_corpus_bleu_rejects_bad_input(hypotheses, references, error, message):
     with pytest.raises(error, match=message):
         corpus_bleu(hypotheses, references)
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int16, torch.float32, torch.bool])
+def test_one_token_id_rule_for_masks_model_and_decoders(model, dtype):
+    # padding_mask, the model and the decoders share chapter 5's check_token_ids: torch.long or int32 only.
+    src = torch.tensor([[5, 6, 7, EOS_ID]]).to(dtype)
+    for call in (lambda: padding_mask(src, PAD_ID), lambda: model(src, src.long()),
+                 lambda: greedy_decode(model, src, 5, BOS_ID, EOS_ID)):
+        with pytest.raises(TypeError, match="must hold integer token ids \\(torch.long\\)"):
+            call()
+    model(src.int(), src.int())  # int32 passes everywhere, as nn.Embedding takes it
+    greedy_decode(model, src.int(), 5, BOS_ID, EOS_ID)

@@ -348,8 +348,8 @@ def model() -> Transformer:
     [
         (torch.ones(2, 5), TypeError, r"src must hold integer token ids \(torch.long\); got dtype torch.float32"),
         (torch.ones(2, 5, dtype=torch.bool), TypeError, r"src must hold integer token ids"),
-        (torch.ones(5, dtype=torch.long), ValueError, r"src must be token ids of shape \(B, T\); got shape \(5,\)"),
-        (torch.ones(2, 5, 1, dtype=torch.long), ValueError, r"src must be token ids of shape \(B, T\)"),
+        (torch.ones(5, dtype=torch.long), ValueError, r"src must have shape \(B, T\); got \(5,\)"),
+        (torch.ones(2, 5, 1, dtype=torch.long), ValueError, r"src must have shape \(B, T\)"),
         (torch.ones(2, 0, dtype=torch.long), ValueError, r"src is empty \(length 0\)"),
         (torch.ones(1, 33, dtype=torch.long), ValueError, r"max_len=32"),
     ],
@@ -363,7 +363,7 @@ def test_bad_source_is_refused(model, src, error, message):
     ("tgt", "error", "message"),
     [
         (torch.ones(2, 3), TypeError, r"tgt must hold integer token ids"),
-        (torch.ones(2, 3, 4, dtype=torch.long), ValueError, r"tgt must be token ids of shape \(B, T\)"),
+        (torch.ones(2, 3, 4, dtype=torch.long), ValueError, r"tgt must have shape \(B, T\)"),
         (torch.ones(2, 0, dtype=torch.long), ValueError, r"tgt is empty \(length 0\)"),
         (torch.ones(2, 40, dtype=torch.long), ValueError, r"reaches position 40 .* max_len=32"),
     ],

@@ -1,6 +1,7 @@
 """Chapter 10: presets, checkpoints (atomic, resumable), the Translator and the command line."""
 import dataclasses
 import json
+import math
 import os
 import subprocess
 import sys
@@ -11,11 +12,13 @@ import torch
 from conftest import needs_data
 
 from transformer_book import checkpoint, data
-from transformer_book.checkpoint import load_checkpoint, save_checkpoint
+from transformer_book import run as run_module
+from transformer_book.checkpoint import average_checkpoints, load_checkpoint, save_checkpoint
+from transformer_book.decoding import beam_search
 from transformer_book.model import Transformer
 from transformer_book.presets import PRESETS, choose_preset, model_config, pick_amp_dtype
 from transformer_book.run import train
-from transformer_book.translate import Translator, attention_weights
+from transformer_book.translate import Translator, attention_weights, evaluate
 
 CPU = torch.device("cpu")
 TINY = dataclasses.replace(PRESETS["smoke"], train_subset=160, epochs=2, val_bleu_sentences=8, max_tokens=400)
@@ -289,3 +292,80 @@ def test_copy_run_replaces_each_part_and_recovers_an_interrupted_save(tmp_path):
     copy_run(source, target)
     assert (target / "last" / "checkpoint.json").read_text() == '{"step": 2}'
     assert sorted(p.name for p in target.iterdir()) == ["last", "tokenizer.json"]  # no .tmp or .old left
+
+
+def test_the_amp_variable_replaces_the_presets_arithmetic(monkeypatch):
+    monkeypatch.setenv("TRANSFORMER_BOOK_AMP", "off")
+    preset = choose_preset("cpu")
+    assert preset.amp == "off" and dataclasses.replace(preset, amp="auto") == PRESETS["cpu"]
+    assert pick_amp_dtype(CPU, preset.amp) is None  # float32 even on a CPU with bfloat16 instructions
+    monkeypatch.setenv("TRANSFORMER_BOOK_AMP", "fp8")
+    with pytest.raises(ValueError, match="TRANSFORMER_BOOK_AMP must be one of"):
+        choose_preset("cpu")
+    monkeypatch.delenv("TRANSFORMER_BOOK_AMP")
+    assert choose_preset("cpu") is PRESETS["cpu"]
+
+
+def test_average_checkpoints_is_the_mean_of_every_weight(small_checkpoint, tmp_path):
+    model, path = small_checkpoint
+    other = Transformer(model.config)  # another initialisation, same configuration
+    other_path = save_checkpoint(tmp_path / "other", other, None, {}, path / "tokenizer.json")
+    averaged, info = average_checkpoints([path, other_path])
+    for name, weight in averaged.state_dict().items():
+        torch.testing.assert_close(weight, (model.state_dict()[name] + other.state_dict()[name]) / 2)
+    assert info["averaged"] == [str(path), str(other_path)]
+    alone, _ = average_checkpoints([path])
+    assert all(torch.equal(w, model.state_dict()[n]) for n, w in alone.state_dict().items())
+    with pytest.raises(ValueError, match="at least one checkpoint folder"):
+        average_checkpoints([])
+
+
+def test_average_checkpoints_refuses_checkpoints_of_different_runs(small_checkpoint, tmp_path):
+    model, path = small_checkpoint
+    wider = Transformer(dataclasses.replace(model.config, d_ff=model.config.d_ff * 2))
+    wider_path = save_checkpoint(tmp_path / "wider", wider, None, {}, path / "tokenizer.json")
+    with pytest.raises(ValueError, match="another configuration or tokenizer"):
+        average_checkpoints([path, wider_path])
+
+
+def test_length_penalty_reaches_beam_search(small_checkpoint, monkeypatch):
+    model, path = small_checkpoint
+    translator = Translator.from_checkpoint(path, CPU)
+    seen = []
+
+    def spy(*args):
+        seen.append(args[-1])  # beam_search(model, src, beam_size, max_len, bos_id, eos_id, length_penalty)
+        return beam_search(*args)
+
+    monkeypatch.setattr("transformer_book.translate.beam_search", spy)
+    translator.translate(["ein hund läuft"], beam_size=2, length_penalty=1.4)
+    assert seen == [1.4]
+
+
+@needs_data
+def test_evaluate_reports_the_brevity_penalty_of_its_length_ratio(small_checkpoint):
+    model, path = small_checkpoint
+    result = evaluate(Translator.from_checkpoint(path, CPU), data.load_multi30k("val")[:5], beam_size=1)
+    ratio = result["length_ratio"]
+    expected = 1.0 if ratio >= 1 else math.exp(1 - 1 / ratio) if ratio > 0 else 0.0
+    assert result["brevity_penalty"] == pytest.approx(expected, abs=1e-6)
+
+
+@needs_data
+def test_train_keeps_the_last_snapshots_and_saves_best_before_last(tmp_path, monkeypatch):
+    saved = []
+    original = run_module.save_checkpoint
+
+    def recording_save(path, *args):
+        saved.append(Path(path).parent.name + "/" + Path(path).name if "snapshots" in str(path) else Path(path).name)
+        return original(path, *args)
+
+    monkeypatch.setattr(run_module, "save_checkpoint", recording_save)
+    preset = dataclasses.replace(TINY, epochs=3, average_last=2)
+    train(preset, tmp_path / "run", device=CPU, progress=False)
+    snapshots = sorted(p.name for p in (tmp_path / "run" / "snapshots").iterdir())
+    assert len(snapshots) == 2 and snapshots[-1] == f"step-{json.loads((tmp_path / 'run' / 'last' / 'checkpoint.json').read_text())['train_state']['step']:06d}"
+    # A kill between two saves at an epoch's end must never leave `best` behind the record `last` holds.
+    for i, name in enumerate(saved):
+        if name == "best":
+            assert saved[i + 1] == "last", saved

@@ -10,6 +10,7 @@ TRANSFORMER_BOOK_PRESET, when set in the environment, reaches the kernel unchang
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
 from pathlib import Path
@@ -21,6 +22,28 @@ from nbclient.exceptions import CellExecutionError
 # Chapter 10 trains for a long time with the cpu preset; a cell may legitimately run for hours.
 CELL_TIMEOUT_S = 6 * 60 * 60
 KERNEL_NAME = "python3"
+
+
+def drop_progress_bars(nb: nbformat.NotebookNode) -> int:
+    """Remove tqdm's progress-bar widgets from the outputs; return how many were removed.
+
+    A stored notebook keeps no widget state, so the HTML page could show such a bar only as its first frame
+    ("0%"); the lines a run prints after each epoch stay. In Jupyter and Colab the bars are live as usual.
+    """
+    removed = 0
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        kept = []
+        for output in cell.get("outputs", []):
+            data = output.get("data", {})
+            text = "".join(data.get("text/plain", ""))
+            if "application/vnd.jupyter.widget-view+json" in data and re.search(r"\d+%\|.*\| \d+/\d+", text):
+                removed += 1
+            else:
+                kept.append(output)
+        cell.outputs = kept
+    return removed
 
 
 def execute(path: Path) -> float:
@@ -38,6 +61,7 @@ def execute(path: Path) -> float:
     start = time.perf_counter()
     client.execute()
     elapsed = time.perf_counter() - start
+    drop_progress_bars(nb)
     nbformat.validate(nb)
     nbformat.write(nb, path)
     return elapsed

@@ -10,7 +10,7 @@ import torch
 from torch import Tensor, nn
 
 # %% auto #0
-__all__ = ['scaled_dot_product_attention']
+__all__ = ['check_mask', 'scaled_dot_product_attention']
 
 # %% ../../chapters/02_attention.ipynb #4ab55d3b
 def _check_inputs(query: Tensor, key: Tensor, value: Tensor, dropout: nn.Module | None) -> None:
@@ -51,8 +51,11 @@ def _check_inputs(query: Tensor, key: Tensor, value: Tensor, dropout: nn.Module 
         )
 
 
-def _check_mask(mask: Tensor, scores_shape: torch.Size) -> None:
-    """Raise TypeError/ValueError unless mask is boolean and broadcasts to the scores (..., L_q, L_k)."""
+def check_mask(mask: Tensor, scores_shape: torch.Size, shapes_to_use: str = "(..., L_q, L_k) or one with 1s to broadcast") -> None:
+    """Raise TypeError/ValueError unless mask is boolean and broadcasts to the scores (..., L_q, L_k).
+
+    The book's one mask check (chapter 3's attention uses it too); shapes_to_use names the shapes that fit.
+    """
     if mask.dtype != torch.bool:
         raise TypeError(
             f"mask must be a boolean tensor (True = may attend); got dtype {mask.dtype}. "
@@ -65,8 +68,7 @@ def _check_mask(mask: Tensor, scores_shape: torch.Size) -> None:
     if shape != scores_shape:
         raise ValueError(
             f"mask of shape {tuple(mask.shape)} does not broadcast to the attention scores of shape "
-            f"{tuple(scores_shape)} (..., L_q, L_k); give it shape (..., L_q, L_k) or one with 1s "
-            f"to broadcast"
+            f"{tuple(scores_shape)}; give it shape {shapes_to_use}"
         )
 
 # %% ../../chapters/02_attention.ipynb #e2b081fd
@@ -86,7 +88,7 @@ def scaled_dot_product_attention(
     d_k = query.size(-1)
     scores = query @ key.transpose(-2, -1) / math.sqrt(d_k)  # Q K^T / sqrt(d_k): (..., L_q, L_k)
     if mask is not None:
-        _check_mask(mask, scores.shape)
+        check_mask(mask, scores.shape)
         # The smallest finite number, not -inf: a fully masked row then stays finite (no NaN) ...
         scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
     weights = scores.softmax(dim=-1)  # softmax(Q K^T / sqrt(d_k)), each row sums to 1: (..., L_q, L_k)

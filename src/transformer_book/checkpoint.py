@@ -2,7 +2,7 @@
 """Checkpoints that survive a crash: safetensors files and a JSON record, written atomically (chapter 10)."""
 
 # %% auto #0
-__all__ = ['REQUIRED_KEYS', 'file_sha256', 'save_checkpoint', 'load_checkpoint', 'load_optimizer_state', 'average_checkpoints']
+__all__ = ['REQUIRED_KEYS', 'save_checkpoint', 'load_checkpoint', 'load_optimizer_state', 'average_checkpoints']
 
 # %% ../../chapters/10_training_on_gpu.ipynb #2b489135
 import hashlib
@@ -18,14 +18,10 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load, save_file
 
+from .data import file_sha256  # chapter 9's, which checks the Multi30k files
 from .model import Transformer, TransformerConfig
 
 REQUIRED_KEYS = ("config", "tokenizer_sha256")  # what load_checkpoint needs from checkpoint.json
-
-
-def file_sha256(path: str | Path) -> str:
-    """The file's SHA-256 in hex: checkpoint.json records one per file, and the loader checks them."""
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def _umask() -> int:

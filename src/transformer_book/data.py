@@ -3,9 +3,9 @@
 
 # %% auto #0
 __all__ = ['PAD_ID', 'BOS_ID', 'EOS_ID', 'UNK_ID', 'SPECIAL_TOKENS', 'MULTI30K_URL', 'MULTI30K_FILES', 'SPLITS', 'LANGUAGES',
-           'DATA_ENV', 'DEFAULT_DATA_ROOT', 'DOWNLOAD_ATTEMPTS', 'DEFAULT_POOL_SIZE', 'DataError', 'download_multi30k',
-           'load_multi30k', 'normalize', 'train_tokenizer', 'encode', 'decode', 'save_tokenizer', 'load_tokenizer',
-           'encode_pairs', 'token_buckets', 'batch_by_tokens', 'padding_efficiency']
+           'DATA_ENV', 'DEFAULT_DATA_ROOT', 'DOWNLOAD_ATTEMPTS', 'DEFAULT_POOL_SIZE', 'DataError', 'file_sha256',
+           'download_multi30k', 'load_multi30k', 'normalize', 'train_tokenizer', 'encode', 'decode', 'save_tokenizer',
+           'load_tokenizer', 'encode_pairs', 'token_buckets', 'batch_by_tokens', 'padding_efficiency']
 
 # %% ../../chapters/09_translation_data.ipynb #ceab4cee
 import gzip
@@ -58,7 +58,8 @@ class DataError(RuntimeError):
     """The Multi30k files are missing or corrupt and could not be fetched; the message says what to do."""
 
 # %% ../../chapters/09_translation_data.ipynb #82428138
-def _sha256(path: Path) -> str:
+def file_sha256(path: str | Path) -> str:
+    """The SHA-256 of a file in hex, read in chunks: the book's one sha256 helper (chapter 10's checkpoints use it)."""
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         while chunk := f.read(_HASH_CHUNK_BYTES):
@@ -96,7 +97,7 @@ def _check_local_copy(folder: Path) -> Path:
                 f"{DATA_ENV} is set, so nothing is downloaded, but {path.absolute()} does not exist. "
                 f"Copy it there from {MULTI30K_URL}/{name}, or unset {DATA_ENV}."
             )
-        if (actual := _sha256(path)) != expected:
+        if (actual := file_sha256(path)) != expected:
             raise DataError(
                 f"{path.absolute()} is corrupt: its sha256 is {actual}, expected {expected}. "
                 f"Replace it with a fresh copy of {MULTI30K_URL}/{name}, or unset {DATA_ENV}."
@@ -143,7 +144,7 @@ def _download_attempts(name: str, folder: Path) -> None:
         tmp = Path(tmp_name)
         try:
             _fetch(url, tmp)
-            if (actual := _sha256(tmp)) == expected:
+            if (actual := file_sha256(tmp)) == expected:
                 os.replace(tmp, folder / name)  # only verified bytes ever get the real name
                 return
             failures.append(f"wrong sha256 {actual}")
@@ -186,7 +187,7 @@ def download_multi30k(root: str | Path | None = None) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     for name, expected in MULTI30K_FILES.items():
         path = folder / name
-        if not (path.is_file() and _sha256(path) == expected):
+        if not (path.is_file() and file_sha256(path) == expected):
             _download_verified(name, folder)
     return folder
 

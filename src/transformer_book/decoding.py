@@ -14,7 +14,7 @@ from contextlib import contextmanager
 import torch
 from torch import Tensor, nn
 
-from .masking import padding_mask
+from .masking import check_token_ids, padding_mask
 
 GNMT_LENGTH_OFFSET = 5.0  # the 5 of lp(Y) = ((5 + |Y|) / (5 + 1))^alpha (Wu et al. 2016)
 MAX_NGRAM_ORDER = 4  # BLEU-4: precisions of 1-, 2-, 3- and 4-grams
@@ -23,15 +23,12 @@ MAX_NGRAM_ORDER = 4  # BLEU-4: precisions of 1-, 2-, 3- and 4-grams
 def _check_decoding_inputs(model: nn.Module, src: Tensor, max_len: int, bos_id: int, eos_id: int) -> None:
     """Raise a clear error for arguments the decoders cannot use."""
     config = model.config
-    if not isinstance(src, Tensor):
-        raise TypeError(f"src must be a tensor of token ids of shape (B, T_src); got {type(src).__name__}")
-    if src.dim() != 2 or src.size(0) == 0 or src.size(1) == 0:
+    check_token_ids("src", src)  # (B, T_src), torch.long or int32 (chapter 5)
+    if src.size(0) == 0 or src.size(1) == 0:
         raise ValueError(
             f"src must be token ids of shape (B, T_src) with B >= 1 and T_src >= 1; got shape {tuple(src.shape)}"
             f" (for a single sentence use src[None])"
         )
-    if src.dtype.is_floating_point or src.dtype.is_complex or src.dtype == torch.bool:
-        raise TypeError(f"src must hold integer token ids (torch.long); got dtype {src.dtype}")
     if src.min() < 0 or src.max() >= config.src_vocab_size:
         raise ValueError(
             f"src holds ids from {src.min().item()} to {src.max().item()}, outside the model's source "

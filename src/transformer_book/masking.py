@@ -2,7 +2,7 @@
 """Padding and causal masks, shifted-right targets and padded batches (chapter 5)."""
 
 # %% auto #0
-__all__ = ['pad_sequences', 'padding_mask', 'causal_mask', 'Batch', 'make_batch']
+__all__ = ['TOKEN_ID_DTYPES', 'pad_sequences', 'check_token_ids', 'padding_mask', 'causal_mask', 'Batch', 'make_batch']
 
 # %% ../../chapters/05_masking.ipynb #d5903d01
 import operator
@@ -42,15 +42,18 @@ def pad_sequences(sequences: Sequence[Tensor], pad_id: int) -> Tensor:
     return out  # (B, T_max)
 
 # %% ../../chapters/05_masking.ipynb #834ea5b2
-def _check_token_ids(name: str, tokens: Tensor) -> None:
-    """Token ids must be an integer tensor of shape (B, T)."""
+TOKEN_ID_DTYPES = (torch.int64, torch.int32)  # what nn.Embedding accepts
+
+
+def check_token_ids(name: str, tokens: Tensor) -> None:
+    """Token ids must be a tensor of shape (B, T) holding torch.long (or torch.int32): the book's one check."""
     if not isinstance(tokens, Tensor):
         raise TypeError(f"{name} must be a tensor of token ids of shape (B, T); got {type(tokens).__name__}")
     if tokens.dim() != 2:
         raise ValueError(
             f"{name} must have shape (B, T); got {tuple(tokens.shape)}; for a single sequence use {name}[None]"
         )
-    if tokens.dtype.is_floating_point or tokens.dtype.is_complex or tokens.dtype == torch.bool:
+    if tokens.dtype not in TOKEN_ID_DTYPES:
         raise TypeError(f"{name} must hold integer token ids (torch.long); got dtype {tokens.dtype}")
 
 
@@ -61,7 +64,7 @@ def padding_mask(tokens: Tensor, pad_id: int) -> Tensor:
     Only keys (columns) are masked. The queries (rows) of padding positions still attend to the real tokens;
     the outputs they produce are never used, since the loss skips padding labels.
     """
-    _check_token_ids("tokens", tokens)
+    check_token_ids("tokens", tokens)
     return (tokens != pad_id)[:, None, None, :]  # (B, 1, 1, T): broadcasts over heads and queries
 
 # %% ../../chapters/05_masking.ipynb #ea963955
@@ -113,8 +116,8 @@ def make_batch(src: Tensor, tgt: Tensor, pad_id: int) -> Batch:
     tgt_in = tgt[:, :-1] and tgt_out = tgt[:, 1:], both (B, T_tgt); src_mask (B, 1, 1, T_src);
     tgt_mask (B, 1, T_tgt, T_tgt); num_tokens counts the non-pad entries of tgt_out.
     """
-    _check_token_ids("src", src)
-    _check_token_ids("tgt", tgt)
+    check_token_ids("src", src)
+    check_token_ids("tgt", tgt)
     if src.size(0) != tgt.size(0):
         raise ValueError(
             f"src and tgt must hold the same number of sentences (dimension 0); got src {tuple(src.shape)} "

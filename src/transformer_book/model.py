@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .masking import causal_mask, padding_mask
+from .masking import causal_mask, check_token_ids, padding_mask
 from .multihead import KVCache, MultiHeadAttention
 from .positional import PositionalEncoding
 
@@ -335,10 +335,7 @@ class Transformer(nn.Module):
     @staticmethod
     def _check_tokens(name: str, tokens: Tensor, vocab_size: int) -> None:
         """Token ids must be a non-empty (B, T) integer tensor with every id in 0 .. vocab_size - 1."""
-        if tokens.dim() != 2:
-            raise ValueError(f"{name} must be token ids of shape (B, T); got shape {tuple(tokens.shape)}")
-        if tokens.dtype not in (torch.int64, torch.int32):
-            raise TypeError(f"{name} must hold integer token ids (torch.long); got dtype {tokens.dtype}")
+        check_token_ids(name, tokens)  # (B, T), torch.long or int32 (chapter 5)
         if tokens.size(0) == 0:
             raise ValueError(f"{name} is an empty batch (B = 0); pass at least one sequence")
         if tokens.size(1) == 0:

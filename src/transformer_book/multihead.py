@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .attention import scaled_dot_product_attention
+from .attention import check_mask, scaled_dot_product_attention
 
 # %% ../../chapters/03_multi_head_attention.ipynb #3033c5da
 @dataclass
@@ -93,23 +93,14 @@ class MultiHeadAttention(nn.Module):
             )
 
     def _check_mask(self, mask: Tensor, q: Tensor, k: Tensor) -> None:
-        if mask.dtype != torch.bool:
-            raise TypeError(f"mask must be a boolean tensor (True = may attend); got dtype {mask.dtype}")
-        scores_shape = (q.size(0), self.num_heads, q.size(2), k.size(2))  # (B, H, L_q, L_k)
+        """Chapter 2's check_mask against (B, H, L_q, L_k), after one rule of its own for 3-D masks."""
         if mask.dim() == 3 and mask.size(0) > 1:
             raise ValueError(
                 f"a 3-D mask {tuple(mask.shape)} is ambiguous: broadcasting would line its first axis up with "
                 f"the heads; give a per-example mask a head axis, mask[:, None], shape (B, 1, L_q, L_k)"
             )
-        try:
-            fits = torch.broadcast_shapes(mask.shape, scores_shape) == scores_shape
-        except RuntimeError:
-            fits = False
-        if not fits:
-            raise ValueError(
-                f"mask of shape {tuple(mask.shape)} does not broadcast to the attention weights (B, H, L_q, L_k) "
-                f"= {scores_shape}; use (L_q, L_k), (B, 1, 1, L_k) or (B, 1, L_q, L_k)"
-            )
+        scores_shape = torch.Size((q.size(0), self.num_heads, q.size(2), k.size(2)))  # (B, H, L_q, L_k)
+        check_mask(mask, scores_shape, "(L_q, L_k), (B, 1, 1, L_k) or (B, 1, L_q, L_k), for (B, H, L_q, L_k)")
 
     def forward(
         self,

@@ -21,7 +21,8 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.flop_counter import FlopCounterMode
 
 from . import data
-from .checkpoint import file_sha256, load_checkpoint, load_optimizer_state, save_checkpoint
+from .checkpoint import load_checkpoint, load_optimizer_state, save_checkpoint
+from .data import file_sha256
 from .distributed import ShardedLoss, shard
 from .masking import Batch
 from .model import Transformer
