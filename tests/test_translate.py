@@ -14,6 +14,7 @@ from conftest import needs_data
 from transformer_book import checkpoint, data
 from transformer_book import run as run_module
 from transformer_book.checkpoint import average_checkpoints, load_checkpoint, save_checkpoint
+from transformer_book.cli import main as cli_main
 from transformer_book.decoding import beam_search
 from transformer_book.model import Transformer
 from transformer_book.presets import PRESETS, choose_preset, model_config, pick_amp_dtype
@@ -369,3 +370,16 @@ def test_train_keeps_the_last_snapshots_and_saves_best_before_last(tmp_path, mon
     for i, name in enumerate(saved):
         if name == "best":
             assert saved[i + 1] == "last", saved
+
+
+@needs_data
+def test_command_line_translates_and_evaluates_the_average_of_the_last_snapshots(tmp_path, capsys):
+    train(TINY, tmp_path / "run", device=CPU, progress=False)
+    snapshots = tmp_path / "run" / "snapshots"
+    assert cli_main(["evaluate", "--checkpoint", str(snapshots), "--average", "2", "--split", "val",
+                     "--beam-size", "1"]) == 0
+    assert capsys.readouterr().out.startswith("BLEU ")
+    assert cli_main(["translate", "--checkpoint", str(snapshots), "--average", "2", "Ein Hund."]) == 0
+    assert len(capsys.readouterr().out.strip().splitlines()) == 1
+    assert cli_main(["translate", "--checkpoint", str(tmp_path / "run" / "best"), "--average", "2", "Ein Hund."]) == 2
+    assert "holds no snapshots" in capsys.readouterr().err

@@ -2,18 +2,20 @@
 """`python -m transformer_book`: train, translate and evaluate (chapter 10)."""
 
 # %% auto #0
-__all__ = ['main']
+__all__ = ['AVERAGE_HELP', 'main']
 
 # %% ../../chapters/10_training_on_gpu.ipynb #e8f4a6d0
 import argparse
 import os
 import sys
+from pathlib import Path
 
 import torch.distributed as dist
 
 from . import data
+from .checkpoint import average_checkpoints
 from .distributed import start_distributed
-from .presets import AMP_CHOICES, PRESETS
+from .presets import AMP_CHOICES, PRESETS, pick_device
 from .run import train
 from .translate import Translator, evaluate
 
@@ -27,6 +29,24 @@ def _at_least_one(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
     return value
+
+
+AVERAGE_HELP = "average the weights of the last N snapshots; CHECKPOINT is then a run's snapshots/ folder"
+
+
+def _translator(checkpoint: str, average: int | None) -> Translator:
+    """The Translator of one checkpoint folder, or of the mean of the last `average` snapshots in a folder."""
+    if average is None:
+        return Translator.from_checkpoint(checkpoint)
+    snapshots = sorted(Path(checkpoint).glob("step-*"))[-average:]
+    if not snapshots:
+        raise ValueError(
+            f"{checkpoint} holds no snapshots (step-* folders); with --average pass a run's snapshots folder, "
+            f"for example runs/multi30k/snapshots"
+        )
+    device = pick_device()
+    model, info = average_checkpoints(snapshots, device)
+    return Translator(model.eval(), data.load_tokenizer(Path(info["path"]) / "tokenizer.json"), device)
 
 
 def _sentences(arguments: list[str]) -> list[str | None]:
@@ -62,12 +82,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--checkpoint", required=True, help="a checkpoint folder, e.g. runs/multi30k/best")
     p.add_argument("--beam-size", type=_at_least_one, default=4)
     p.add_argument("--length-penalty", type=float, default=0.6, help="beam search's alpha; larger: longer output")
+    p.add_argument("--average", type=_at_least_one, default=None, metavar="N", help=AVERAGE_HELP)
     p.add_argument("sentences", nargs="*")
     p = commands.add_parser("evaluate", help="sacreBLEU of a checkpoint on a Multi30k split")
     p.add_argument("--checkpoint", required=True)
     p.add_argument("--split", default="test2016", choices=sorted(data.SPLITS))
     p.add_argument("--beam-size", type=_at_least_one, default=4)
     p.add_argument("--length-penalty", type=float, default=0.6, help="beam search's alpha; larger: longer output")
+    p.add_argument("--average", type=_at_least_one, default=None, metavar="N", help=AVERAGE_HELP)
     args = parser.parse_args(argv)
     try:
         return _run(args)
@@ -95,14 +117,14 @@ def _run(args: argparse.Namespace) -> int:
             print(f"best validation BLEU {best:.2f}; checkpoints in {args.out}/best and {args.out}/last")
         return 0
     if args.command == "translate":
-        translator = Translator.from_checkpoint(args.checkpoint)
+        translator = _translator(args.checkpoint, args.average)
         sentences = _sentences(args.sentences)
         readable = [s for s in sentences if s is not None]
         translations = iter(translator.translate(readable, args.beam_size, length_penalty=args.length_penalty))
         for sentence in sentences:
             print(next(translations) if sentence is not None else "")
         return 0 if len(readable) == len(sentences) else 2
-    translator = Translator.from_checkpoint(args.checkpoint)
+    translator = _translator(args.checkpoint, args.average)
     result = evaluate(translator, data.load_multi30k(args.split), args.beam_size, args.length_penalty)
     print(f"BLEU {result['bleu']:.2f} (lowercased {result['bleu_lowercase']:.2f}, brevity penalty "
           f"{result['brevity_penalty']:.3f})  {result['signature']}")
