@@ -475,7 +475,7 @@ def test_float64_logits_are_not_rounded_to_float32():
 
 
 @pytest.mark.parametrize("convention", ["uniform", "others"])
-def test_the_plain_path_equals_the_careful_one_in_value_and_gradient(convention):
+def test_the_plain_path_equals_the_careful_one_in_value_and_gradient(convention, monkeypatch):
     # Finite logits take the plain path (one log-softmax, no copies); the careful path, written for -inf logits,
     # must give the same loss and the same gradients on them.
     torch.manual_seed(0)
@@ -483,10 +483,13 @@ def test_the_plain_path_equals_the_careful_one_in_value_and_gradient(convention)
     target = torch.randint(1, 13, (3, 5))
     target[0, 3:] = 0  # padding
     loss_fn = LabelSmoothingLoss(0.1, ignore_index=0, convention=convention)
-    plain = loss_fn(logits, target)
+    careful_path = loss_fn._forward_with_impossible_classes
+    with monkeypatch.context() as patch:  # finite logits must not take the careful path
+        patch.setattr(loss_fn, "_forward_with_impossible_classes", lambda *args: pytest.fail("took the careful path"))
+        plain = loss_fn(logits, target)
     (plain_grad,) = torch.autograd.grad(plain, logits)
     keep = target != 0
-    careful = loss_fn._forward_with_impossible_classes(logits, target.masked_fill(~keep, 0), keep)
+    careful = careful_path(logits, target.masked_fill(~keep, 0), keep)
     (careful_grad,) = torch.autograd.grad(careful, logits)
     torch.testing.assert_close(plain, careful, rtol=0, atol=1e-12)
     torch.testing.assert_close(plain_grad, careful_grad, rtol=0, atol=1e-12)
@@ -497,6 +500,11 @@ def test_nan_logits_at_padding_take_the_careful_path_and_leave_finite_gradients(
     target = torch.tensor([[1, 2, 0, 0], [3, 4, 5, 6]])
     logits[0, 2:] = float("nan")  # what a fully masked row would give at padded positions
     logits.requires_grad_(True)
-    loss = LabelSmoothingLoss(0.1, ignore_index=0)(logits, target)
+    loss_fn = LabelSmoothingLoss(0.1, ignore_index=0)
+    taken = []
+    careful_path = loss_fn._forward_with_impossible_classes
+    loss_fn._forward_with_impossible_classes = lambda *args: taken.append(True) or careful_path(*args)
+    loss = loss_fn(logits, target)
     loss.backward()
+    assert taken == [True], "NaN logits must take the careful path"
     assert torch.isfinite(loss) and torch.isfinite(logits.grad).all()

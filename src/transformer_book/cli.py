@@ -2,7 +2,7 @@
 """`python -m transformer_book`: train, translate and evaluate (chapter 10)."""
 
 # %% auto #0
-__all__ = ['AVERAGE_HELP', 'main']
+__all__ = ['main']
 
 # %% ../../chapters/10_training_on_gpu.ipynb #e8f4a6d0
 import argparse
@@ -31,7 +31,7 @@ def _at_least_one(text: str) -> int:
     return value
 
 
-AVERAGE_HELP = "average the weights of the last N snapshots; CHECKPOINT is then a run's snapshots/ folder"
+_AVERAGE_HELP = "average the weights of the last N snapshots; CHECKPOINT is then a run's snapshots/ folder"
 
 
 def _translator(checkpoint: str, average: int | None) -> Translator:
@@ -82,14 +82,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--checkpoint", required=True, help="a checkpoint folder, e.g. runs/multi30k/best")
     p.add_argument("--beam-size", type=_at_least_one, default=4)
     p.add_argument("--length-penalty", type=float, default=0.6, help="beam search's alpha; larger: longer output")
-    p.add_argument("--average", type=_at_least_one, default=None, metavar="N", help=AVERAGE_HELP)
+    p.add_argument("--average", type=_at_least_one, default=None, metavar="N", help=_AVERAGE_HELP)
     p.add_argument("sentences", nargs="*")
     p = commands.add_parser("evaluate", help="sacreBLEU of a checkpoint on a Multi30k split")
     p.add_argument("--checkpoint", required=True)
     p.add_argument("--split", default="test2016", choices=sorted(data.SPLITS))
     p.add_argument("--beam-size", type=_at_least_one, default=4)
     p.add_argument("--length-penalty", type=float, default=0.6, help="beam search's alpha; larger: longer output")
-    p.add_argument("--average", type=_at_least_one, default=None, metavar="N", help=AVERAGE_HELP)
+    p.add_argument("--average", type=_at_least_one, default=None, metavar="N", help=_AVERAGE_HELP)
     args = parser.parse_args(argv)
     try:
         return _run(args)

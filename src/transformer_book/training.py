@@ -70,16 +70,16 @@ class LabelSmoothingLoss(nn.Module):
         if not torch.isfinite(total).all():
             return self._forward_with_impossible_classes(logits.to(dtype), target, keep)
         nll = -log_probs.gather(-1, target.unsqueeze(-1)).squeeze(-1)  # (...): -log p_y
-        return self._combine(nll, total, total - nll, logits.size(-1), keep)
+        num_classes = total.new_tensor(logits.size(-1))  # K = V: every class is possible
+        return self._combine(nll, total, total - nll, num_classes, keep)
 
-    def _combine(self, nll: Tensor, total: Tensor, others: Tensor, num_classes: Tensor | int, keep: Tensor) -> Tensor:
+    def _combine(self, nll: Tensor, total: Tensor, others: Tensor, num_classes: Tensor, keep: Tensor) -> Tensor:
         """The two formulas above, from -log p_y, the sums of -log p_k over all k and over k != y, and K."""
         eps = self.smoothing
         if self.convention == "uniform":
             loss = (1.0 - eps) * nll + eps * (total / num_classes)  # (1 - eps)(-log p_y) + eps sum_k (1/K)(-log p_k)
         else:
-            k_minus_1 = (num_classes - 1).clamp(min=1) if isinstance(num_classes, Tensor) else max(num_classes - 1, 1)
-            loss = (1.0 - eps) * nll + eps / k_minus_1 * others  # ... + eps/(K-1) sum_{k!=y}
+            loss = (1.0 - eps) * nll + eps / (num_classes - 1).clamp(min=1) * others  # ... + eps/(K-1) sum_{k!=y}
         return loss[keep].sum() / keep.sum().clamp(min=1)
 
     def _forward_with_impossible_classes(self, logits: Tensor, target: Tensor, keep: Tensor) -> Tensor:
