@@ -89,6 +89,30 @@ def test_greedy_picks_the_argmax_and_pads_after_each_eos(lengths, max_len, seed)
         assert out.size(1) == 1 + max_len
 
 
+def test_the_cache_holds_a_key_and_a_value_per_layer_and_position_and_gives_the_full_logits():
+    # Chapter 8's memory formula, 2 * N * D * (t + T_src) numbers per sentence, and the cache's exactness:
+    # the logits of step t, fed one token at a time, equal those of a full teacher-forced pass.
+    model = random_model(3)
+    src = random_src([5, 3, 7], 12, 3)  # (B, T_src) = (3, 7)
+    tgt = torch.cat([torch.full((3, 1), BOS_ID), random_src([6, 6, 6], 12, 4)], dim=1)  # (B, 7)
+    src_mask = padding_mask(src, PAD_ID)
+    with torch.no_grad():
+        memory = model.encode(src, src_mask)
+        full = model.decode(tgt, memory, src_mask)  # (B, 7, V), causal mask inside
+        cache = model.new_cache()
+        steps = [model.decode(tgt[:, t : t + 1], memory, src_mask, cache=cache) for t in range(tgt.size(1))]
+    torch.testing.assert_close(torch.cat(steps, dim=1), full)
+    config = model.config
+    heads, d_head = config.num_heads, config.d_model // config.num_heads
+    for layer_cache in cache:
+        assert layer_cache.self_attn.key.shape == (3, heads, 7, d_head)  # (B, H, t, D_h), grown step by step
+        assert layer_cache.cross_attn.key.shape == (3, heads, 7, d_head)  # (B, H, T_src, D_h), projected once
+        assert layer_cache.cross_attn.static and not layer_cache.self_attn.static
+    kv_caches = [c for layer_cache in cache for c in (layer_cache.self_attn, layer_cache.cross_attn)]
+    held = sum(c.key.numel() + c.value.numel() for c in kv_caches)
+    assert held == 3 * 2 * config.num_decoder_layers * config.d_model * (7 + 7)
+
+
 def test_greedy_rows_do_not_depend_on_the_rest_of_the_batch():
     model = random_model(0)
     lengths = [5, 2, 7, 3]
