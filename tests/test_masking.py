@@ -13,7 +13,14 @@ from torch import nn
 from torch.testing import assert_close
 
 from transformer_book.attention import scaled_dot_product_attention
-from transformer_book.masking import Batch, causal_mask, make_batch, pad_sequences, padding_mask
+from transformer_book.masking import (
+    Batch,
+    bert_pair_input,
+    causal_mask,
+    make_batch,
+    pad_sequences,
+    padding_mask,
+)
 from transformer_book.model import Transformer, TransformerConfig
 from transformer_book.multihead import MultiHeadAttention
 
@@ -382,3 +389,83 @@ def test_make_batch_rejects_bad_input():
         make_batch(src[0], torch.tensor([[BOS_ID, 4, EOS_ID]]), PAD_ID)
     with pytest.raises(TypeError, match="tgt must hold integer token ids"):
         make_batch(src, torch.tensor([[1.0, 2.0]]), PAD_ID)
+
+
+# ---------------------------------------------------------------- BERT's input for sentence pairs
+
+CLS_ID, SEP_ID = 1, 2  # BERT's [CLS] and [SEP] here; words use ids NUM_SPECIALS and up, PAD_ID is 0
+
+
+@st.composite
+def sentence_pairs(draw, max_batch: int = 4) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Sentence A and sentence B of 1 to max_batch pairs, each 1 to MAX_LEN word ids."""
+    batch = draw(st.integers(1, max_batch))
+    first, second = ([torch.tensor(draw(st.lists(word_ids, min_size=1, max_size=MAX_LEN))) for _ in range(batch)]
+                     for _ in range(2))
+    return first, second
+
+
+@FAST
+@given(sentence_pairs())
+def test_bert_pair_input_lays_out_cls_a_sep_b_sep_and_pads(pair):
+    first, second = pair
+    tokens, segments, mask = bert_pair_input(first, second, cls_id=CLS_ID, sep_id=SEP_ID, pad_id=PAD_ID)
+    longest = max(len(a) + len(b) + 3 for a, b in zip(first, second))
+    assert tokens.shape == segments.shape == (len(first), longest)
+    assert mask.shape == (len(first), 1, 1, longest) and mask.dtype == torch.bool
+    assert tokens.dtype == segments.dtype == torch.long
+    for row, (a, b) in enumerate(zip(first, second)):
+        n = len(a) + len(b) + 3
+        expected = torch.cat([torch.tensor([CLS_ID]), a, torch.tensor([SEP_ID]), b, torch.tensor([SEP_ID])])
+        assert torch.equal(tokens[row, :n], expected)
+        assert (tokens[row, n:] == PAD_ID).all() and (segments[row, n:] == 0).all()
+        assert torch.equal(mask[row, 0, 0], torch.arange(longest) < n), "True exactly at the real positions"
+
+
+@FAST
+@given(sentence_pairs())
+def test_bert_segment_ids_switch_exactly_after_the_first_sep(pair):
+    first, second = pair
+    tokens, segments, _ = bert_pair_input(first, second, cls_id=CLS_ID, sep_id=SEP_ID, pad_id=PAD_ID)
+    for row, (a, b) in enumerate(zip(first, second)):
+        n = len(a) + len(b) + 3
+        seps = (tokens[row] == SEP_ID).nonzero().flatten().tolist()
+        assert seps == [len(a) + 1, n - 1], "exactly two [SEP]: after A and at the end"
+        first_sep = seps[0]
+        assert (segments[row, : first_sep + 1] == 0).all(), "[CLS], A and the first [SEP] are segment 0"
+        assert (segments[row, first_sep + 1 : n] == 1).all(), "B and the second [SEP] are segment 1"
+        changes = (segments[row, :n].diff() != 0).nonzero().flatten().tolist()
+        assert changes == [first_sep], "the only switch is from the first [SEP] to the token after it"
+
+
+def test_bert_pair_input_keeps_int32_and_the_device():
+    tokens, segments, mask = bert_pair_input(
+        [torch.tensor([5, 6], dtype=torch.int32)], [torch.tensor([7], dtype=torch.int32)],
+        cls_id=CLS_ID, sep_id=SEP_ID, pad_id=PAD_ID,
+    )
+    assert tokens.dtype == segments.dtype == torch.int32
+    assert tokens.tolist() == [[CLS_ID, 5, 6, SEP_ID, 7, SEP_ID]] and segments.tolist() == [[0, 0, 0, 0, 1, 1]]
+    assert mask.all()
+
+
+def test_bert_pair_input_rejects_bad_input():
+    ids = {"cls_id": CLS_ID, "sep_id": SEP_ID, "pad_id": PAD_ID}
+    a, b = torch.tensor([5, 6]), torch.tensor([7])
+    with pytest.raises(ValueError, match="one sentence per pair; got 2 first and 1 second"):
+        bert_pair_input([a, a], [b], **ids)
+    with pytest.raises(ValueError, match="at least one sentence pair"):
+        bert_pair_input([], [], **ids)
+    with pytest.raises(ValueError, match=r"second\[0\] contains the special id 2 .*adds the special tokens"):
+        bert_pair_input([a], [torch.tensor([7, SEP_ID])], **ids)
+    with pytest.raises(ValueError, match=r"first\[1\] contains the special id 0"):
+        bert_pair_input([a, torch.tensor([PAD_ID, 5])], [b, b], **ids)
+    with pytest.raises(ValueError, match=r"first\[0\] must be a non-empty 1-D tensor of token ids; got \(0,\)"):
+        bert_pair_input([torch.tensor([], dtype=torch.long)], [b], **ids)
+    with pytest.raises(ValueError, match=r"second\[0\] .* got list"):
+        bert_pair_input([a], [[7]], **ids)
+    with pytest.raises(TypeError, match=r"second\[0\] must hold integer token ids.*torch.float32"):
+        bert_pair_input([a], [torch.tensor([7.0])], **ids)
+    with pytest.raises(TypeError, match="pair 0 mixes torch.int64 and torch.int32"):
+        bert_pair_input([a], [b.int()], **ids)
+    with pytest.raises(ValueError, match="three different ids; got 1, 1, 0"):
+        bert_pair_input([a], [b], cls_id=1, sep_id=1, pad_id=0)

@@ -86,32 +86,32 @@ def test_empty_table_is_refused():
         sinusoidal_encoding(0, 8)
 
 
-# --- the shift rotation M_k ---------------------------------------------------------------------------------
+# --- the shift rotation R_k ---------------------------------------------------------------------------------
 
 
 @given(pos=st.integers(0, 300), k=st.integers(-150, 150), d_model=even_d_model)
 @FAST
 def test_shift_matrix_moves_the_table(pos, k, d_model):
     pos = max(pos, -k)  # keep pos + k inside the table
-    m_k = shift_matrix(k, d_model)
+    r_k = shift_matrix(k, d_model)
     exact = sinusoidal_loop(451, d_model)
-    assert_close(m_k @ exact[pos], exact[pos + k], atol=1e-12, rtol=0)
+    assert_close(r_k @ exact[pos], exact[pos + k], atol=1e-12, rtol=0)
     # and on the float32 table the model uses, to float32 precision
     table = sinusoidal_encoding(451, d_model).double()
-    assert_close(m_k @ table[pos], table[pos + k], atol=1e-4, rtol=0)
+    assert_close(r_k @ table[pos], table[pos + k], atol=1e-4, rtol=0)
 
 
 def test_shift_matrix_is_block_diagonal_orthogonal_and_composes():
     d_model = 16
-    m_3 = shift_matrix(3, d_model)
-    assert m_3.shape == (d_model, d_model) and m_3.dtype == torch.float64
-    off_blocks = m_3.clone()
+    r_3 = shift_matrix(3, d_model)
+    assert r_3.shape == (d_model, d_model) and r_3.dtype == torch.float64
+    off_blocks = r_3.clone()
     for i in range(0, d_model, 2):
         off_blocks[i : i + 2, i : i + 2] = 0
     assert off_blocks.abs().max() == 0
-    assert_close(m_3.T @ m_3, torch.eye(d_model, dtype=torch.float64))
+    assert_close(r_3.T @ r_3, torch.eye(d_model, dtype=torch.float64))
     assert_close(shift_matrix(3, d_model) @ shift_matrix(4, d_model), shift_matrix(7, d_model))
-    assert_close(shift_matrix(-3, d_model), m_3.T)
+    assert_close(shift_matrix(-3, d_model), r_3.T)
     assert_close(shift_matrix(0, d_model), torch.eye(d_model, dtype=torch.float64))
 
 

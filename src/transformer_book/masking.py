@@ -2,7 +2,8 @@
 """Padding and causal masks, shifted-right targets and padded batches (chapter 5)."""
 
 # %% auto #0
-__all__ = ['TOKEN_ID_DTYPES', 'pad_sequences', 'check_token_ids', 'padding_mask', 'causal_mask', 'Batch', 'make_batch']
+__all__ = ['TOKEN_ID_DTYPES', 'pad_sequences', 'check_token_ids', 'padding_mask', 'causal_mask', 'Batch', 'make_batch',
+           'bert_pair_input']
 
 # %% ../../chapters/05_masking.ipynb #d5903d01
 import operator
@@ -137,3 +138,49 @@ def make_batch(src: Tensor, tgt: Tensor, pad_id: int) -> Batch:
         tgt_mask=tgt_mask,
         num_tokens=int((tgt_out != pad_id).sum()),
     )
+
+# %% ../../chapters/05_masking.ipynb #b3e7a1c5
+def _check_pair_sentence(sentence: Tensor, which: str, specials: Tensor) -> None:
+    if not isinstance(sentence, Tensor) or sentence.dim() != 1 or sentence.numel() == 0:
+        shown = tuple(sentence.shape) if isinstance(sentence, Tensor) else type(sentence).__name__
+        raise ValueError(f"{which} must be a non-empty 1-D tensor of token ids; got {shown}")
+    if sentence.dtype not in TOKEN_ID_DTYPES:
+        raise TypeError(f"{which} must hold integer token ids (torch.long); got dtype {sentence.dtype}")
+    found = sentence[torch.isin(sentence, specials.to(sentence.device))]
+    if found.numel() > 0:
+        raise ValueError(
+            f"{which} contains the special id {int(found[0])} ([CLS], [SEP] or padding); pass the sentence's "
+            f"own tokens only, bert_pair_input adds the special tokens"
+        )
+
+
+def bert_pair_input(
+    first: Sequence[Tensor], second: Sequence[Tensor], *, cls_id: int, sep_id: int, pad_id: int
+) -> tuple[Tensor, Tensor, Tensor]:
+    """BERT's input for B sentence pairs: [CLS] A [SEP] B [SEP], padded on the right.
+
+    first[b] and second[b] are the token ids (T_a,) and (T_b,) of pair b. Returns tokens (B, T) with T the longest
+    T_a + T_b + 3, segment ids (B, T) (0 for [CLS], A and the first [SEP], 1 for B and the second [SEP], 0 on
+    padding) and the padding mask (B, 1, 1, T), True = may be attended to.
+    """
+    if len(first) != len(second):
+        raise ValueError(
+            f"first and second must hold one sentence per pair; got {len(first)} first and {len(second)} second "
+            f"sentences"
+        )
+    if len(first) == 0:
+        raise ValueError("bert_pair_input needs at least one sentence pair; got none")
+    if len({cls_id, sep_id, pad_id}) != 3:
+        raise ValueError(f"cls_id, sep_id and pad_id must be three different ids; got {cls_id}, {sep_id}, {pad_id}")
+    specials = torch.tensor([cls_id, sep_id, pad_id])
+    rows, segments = [], []
+    for b, (a_ids, b_ids) in enumerate(zip(first, second)):
+        _check_pair_sentence(a_ids, f"first[{b}]", specials)
+        _check_pair_sentence(b_ids, f"second[{b}]", specials)
+        if a_ids.dtype != b_ids.dtype:
+            raise TypeError(f"pair {b} mixes {a_ids.dtype} and {b_ids.dtype}; convert both with .long()")
+        cls, sep = a_ids.new_tensor([cls_id]), a_ids.new_tensor([sep_id])
+        rows.append(torch.cat([cls, a_ids, sep, b_ids, sep]))  # (T_a + T_b + 3,): [CLS] A [SEP] B [SEP]
+        segments.append(torch.cat([a_ids.new_zeros(len(a_ids) + 2), a_ids.new_ones(len(b_ids) + 1)]))  # 0..0 1..1
+    tokens = pad_sequences(rows, pad_id)  # (B, T)
+    return tokens, pad_sequences(segments, 0), padding_mask(tokens, pad_id)  # (B, T), (B, T), (B, 1, 1, T)

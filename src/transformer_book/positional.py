@@ -95,10 +95,10 @@ class LearnedPositionalEmbedding(nn.Module):
 
 # %% ../../chapters/04_positional_encoding.ipynb #4c0f9af4
 def shift_matrix(k: int, d_model: int) -> Tensor:
-    """The fixed (D, D) float64 matrix M_k with PE[pos + k] = M_k @ PE[pos] for every position pos.
+    """The fixed (D, D) float64 matrix R_k with PE[pos + k] = R_k @ PE[pos] for every position pos.
 
     Block-diagonal: pair i gets the rotation [[cos(w_i k), sin(w_i k)], [-sin(w_i k), cos(w_i k)]],
-    w_i = 1 / 10000^(2i/d_model). k may be negative (a shift backwards: M_{-k} is the transpose of M_k).
+    w_i = 1 / 10000^(2i/d_model). k may be negative (a shift backwards: R_{-k} is the transpose of R_k).
     """
     _check_d_model(d_model, "d_model")
     inv_freq = PE_BASE ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)  # (D/2,): w_i
