@@ -36,7 +36,7 @@ SPECIAL_TOKENS = ["<pad>", "<s>", "</s>", "<unk>"]  # SPECIAL_TOKENS[i] is the t
 
 # One commit of the dataset repository, not its moving `master` branch: the sha256 sums below are of the
 # files at this commit, so a later change upstream cannot break the download.
-MULTI30K_COMMIT = "c9be912dc05a3ebf9ae5bb5f7f58c1791cda43ab"
+MULTI30K_COMMIT = "5853dcc8a900ecfa26c3419dcc5a5e7d4c81657b"
 MULTI30K_URL = f"https://raw.githubusercontent.com/multi30k/dataset/{MULTI30K_COMMIT}/data/task1/raw"
 MULTI30K_FILES = {  # file name -> sha256 of the published bytes
     "train.de.gz": "726e39b2fa9eb9ffb6dc763fb35a179f80fae06ffc5d28b6ace5faa883de28a6",
