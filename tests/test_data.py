@@ -23,6 +23,7 @@ from transformer_book.data import (
     BOS_ID,
     DATA_ENV,
     EOS_ID,
+    MULTI30K_COMMIT,
     MULTI30K_FILES,
     MULTI30K_URL,
     PAD_ID,
@@ -148,6 +149,13 @@ BREAK_IDS = ["IncompleteRead", "ConnectionResetError", "TimeoutError", "URLError
 
 
 # --- download: the local folder named by TRANSFORMER_BOOK_DATA -------------------------------------------
+
+
+def test_download_is_pinned_to_one_commit():
+    """The URLs name one commit of the dataset repository, never a branch that can move under the checksums."""
+    assert len(MULTI30K_COMMIT) == 40 and all(c in "0123456789abcdef" for c in MULTI30K_COMMIT)
+    assert MULTI30K_URL == f"https://raw.githubusercontent.com/multi30k/dataset/{MULTI30K_COMMIT}/data/task1/raw"
+    assert "master" not in MULTI30K_URL and "main" not in MULTI30K_URL
 
 
 def test_env_folder_is_used_and_never_downloads(tmp_path, monkeypatch, fake_table):

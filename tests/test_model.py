@@ -215,6 +215,34 @@ def test_decoder_is_causal(tgt_len, norm_first, seed):
     assert torch.equal(a[:, : t + 1], b[:, : t + 1])
 
 
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_cross_attention_reads_queries_from_the_decoder_and_keys_values_from_memory(norm_first):
+    """Forward pre-hooks record each cross_attn's (query, key, value): key and value are the memory Z itself,
+    and the first layer's queries do not depend on Z (they come from the decoder's own stream)."""
+    torch.manual_seed(0)
+    model = small_model(norm_first=norm_first).eval()
+    src, tgt_in = random_tokens(3, 6, 40, lengths=[6, 4, 2]), random_tokens(3, 5, 40)
+    src_mask = (src != PAD_ID)[:, None, None, :]
+
+    def inputs(memory: torch.Tensor) -> list[tuple[torch.Tensor, ...]]:
+        seen = []
+        hooks = [layer.cross_attn.register_forward_pre_hook(lambda module, args: seen.append(args[:3]))
+                 for layer in model.decoder.layers]
+        with torch.no_grad():
+            model.decode(tgt_in, memory, src_mask)
+        for hook in hooks:
+            hook.remove()
+        return seen
+
+    with torch.no_grad():
+        memory = model.encode(src, src_mask)
+    first, perturbed = inputs(memory), inputs(memory + torch.randn_like(memory))
+    assert len(first) == len(model.decoder.layers)
+    assert all(key is memory and value is memory for _, key, value in first)
+    assert torch.equal(first[0][0], perturbed[0][0]), "layer 0's queries must not depend on the memory"
+    assert not torch.equal(first[1][0], perturbed[1][0]), "layer 1's queries see the memory through layer 0"
+
+
 ONE_AT_A_TIME = [(i, i + 1) for i in range(8)]
 PREFIX_THEN_STEPS = [(0, 5), (5, 6), (6, 7), (7, 8)]
 CHUNKS = [(0, 3), (3, 7), (7, 8)]

@@ -2,10 +2,11 @@
 """Multi30k with checksums, a subword tokenizer, token-budget batches (chapter 9)."""
 
 # %% auto #0
-__all__ = ['PAD_ID', 'BOS_ID', 'EOS_ID', 'UNK_ID', 'SPECIAL_TOKENS', 'MULTI30K_URL', 'MULTI30K_FILES', 'SPLITS', 'LANGUAGES',
-           'DATA_ENV', 'DEFAULT_DATA_ROOT', 'DOWNLOAD_ATTEMPTS', 'DEFAULT_POOL_SIZE', 'DataError', 'file_sha256',
-           'download_multi30k', 'load_multi30k', 'normalize', 'train_tokenizer', 'encode', 'decode', 'save_tokenizer',
-           'load_tokenizer', 'encode_pairs', 'token_buckets', 'batch_by_tokens', 'padding_efficiency']
+__all__ = ['PAD_ID', 'BOS_ID', 'EOS_ID', 'UNK_ID', 'SPECIAL_TOKENS', 'MULTI30K_COMMIT', 'MULTI30K_URL', 'MULTI30K_FILES',
+           'SPLITS', 'LANGUAGES', 'DATA_ENV', 'DEFAULT_DATA_ROOT', 'DOWNLOAD_ATTEMPTS', 'DEFAULT_POOL_SIZE',
+           'DataError', 'file_sha256', 'download_multi30k', 'load_multi30k', 'normalize', 'train_tokenizer', 'encode',
+           'decode', 'save_tokenizer', 'load_tokenizer', 'encode_pairs', 'token_buckets', 'batch_by_tokens',
+           'padding_efficiency']
 
 # %% ../../chapters/09_translation_data.ipynb #ceab4cee
 import gzip
@@ -33,7 +34,10 @@ from .masking import Batch, make_batch, pad_sequences
 PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
 SPECIAL_TOKENS = ["<pad>", "<s>", "</s>", "<unk>"]  # SPECIAL_TOKENS[i] is the token with id i
 
-MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw"
+# One commit of the dataset repository, not its moving `master` branch: the sha256 sums below are of the
+# files at this commit, so a later change upstream cannot break the download.
+MULTI30K_COMMIT = "5853dcc8a900ecfa26c3419dcc5a5e7d4c81657b"
+MULTI30K_URL = f"https://raw.githubusercontent.com/multi30k/dataset/{MULTI30K_COMMIT}/data/task1/raw"
 MULTI30K_FILES = {  # file name -> sha256 of the published bytes
     "train.de.gz": "726e39b2fa9eb9ffb6dc763fb35a179f80fae06ffc5d28b6ace5faa883de28a6",
     "train.en.gz": "d79cfa999dd4c51d2cb42499b6796d5a882c3a8a961923c25a898c90f8bbd56f",

@@ -83,8 +83,8 @@ class EncoderLayer(nn.Module):
     def forward(self, x: Tensor, src_mask: Tensor | None = None) -> Tensor:
         """x (B, T_src, D), src_mask boolean (B, 1, 1, T_src), True = may attend -> (B, T_src, D)."""
         if self.norm_first:  # pre-norm: x + Sublayer(LayerNorm(x))
-            h = self.norm1(x)
-            x = x + self.dropout1(self.self_attn(h, h, h, src_mask))
+            normed = self.norm1(x)
+            x = x + self.dropout1(self.self_attn(normed, normed, normed, src_mask))
             x = x + self.dropout2(self.feed_forward(self.norm2(x)))
         else:  # post-norm, as in the paper: LayerNorm(x + Sublayer(x))
             x = self.norm1(x + self.dropout1(self.self_attn(x, x, x, src_mask)))
@@ -128,7 +128,7 @@ class DecoderLayer(nn.Module):
         tgt_mask: Tensor | None = None,
         cache: LayerCache | None = None,
     ) -> Tensor:
-        """x (B, T_tgt, D), memory (B, T_src, D) -> (B, T_tgt, D).
+        """x (B, T_tgt, D), memory (B, T_src, D): the encoder output Z -> (B, T_tgt, D).
 
         src_mask (B, 1, 1, T_src) and tgt_mask (T_tgt, T_tgt) or (B, 1, T_tgt, T_tgt): boolean, True = may
         attend. With a cache, x holds only the new positions and the cache supplies the earlier ones.
@@ -136,10 +136,10 @@ class DecoderLayer(nn.Module):
         self_cache = cache.self_attn if cache is not None else None
         cross_cache = cache.cross_attn if cache is not None else None
         if self.norm_first:  # pre-norm: x + Sublayer(LayerNorm(x))
-            h = self.norm1(x)
-            x = x + self.dropout1(self.self_attn(h, h, h, tgt_mask, cache=self_cache))
-            h = self.norm2(x)
-            x = x + self.dropout2(self.cross_attn(h, memory, memory, src_mask, cache=cross_cache))
+            normed = self.norm1(x)
+            x = x + self.dropout1(self.self_attn(normed, normed, normed, tgt_mask, cache=self_cache))
+            normed = self.norm2(x)
+            x = x + self.dropout2(self.cross_attn(normed, memory, memory, src_mask, cache=cross_cache))
             x = x + self.dropout3(self.feed_forward(self.norm3(x)))
         else:  # post-norm, as in the paper: LayerNorm(x + Sublayer(x))
             x = self.norm1(x + self.dropout1(self.self_attn(x, x, x, tgt_mask, cache=self_cache)))
@@ -220,7 +220,7 @@ class TransformerConfig:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be a positive integer; got {getattr(self, name)}")
         if self.d_model % self.num_heads != 0:
-            divisors = [h for h in range(1, min(self.d_model, 64) + 1) if self.d_model % h == 0]
+            divisors = [n for n in range(1, min(self.d_model, 64) + 1) if self.d_model % n == 0]
             raise ValueError(
                 f"d_model ({self.d_model}) must be divisible by num_heads ({self.num_heads}) so that every "
                 f"head gets d_model / num_heads features; try num_heads in {divisors}"
@@ -266,7 +266,7 @@ class Transformer(nn.Module):
         self.positional = PositionalEncoding(c.d_model, c.dropout, c.max_len)
         self.encoder = Encoder(c.num_encoder_layers, c.d_model, c.num_heads, c.d_ff, c.dropout, c.norm_first)
         self.decoder = Decoder(c.num_decoder_layers, c.d_model, c.num_heads, c.d_ff, c.dropout, c.norm_first)
-        self.generator = nn.Linear(c.d_model, c.tgt_vocab_size, bias=False)  # logits = h E^T when tied
+        self.generator = nn.Linear(c.d_model, c.tgt_vocab_size, bias=False)  # logits = y E^T (y: decoder output) when tied
         self._init_weights()
         if c.tie_embeddings:
             self.generator.weight = self.tgt_embed.weight  # (V, D): one tensor, three uses
