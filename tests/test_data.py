@@ -246,6 +246,25 @@ def test_corrupt_download_is_retried_once(tmp_path, monkeypatch, no_env, fake_ta
     assert _parts(folder) == []
 
 
+def test_missing_pinned_commit_falls_back_to_the_branch(tmp_path, monkeypatch, no_env, fake_table):
+    """A 404 at the pinned commit sends the next attempt to the `master` branch, whose bytes are checked the same."""
+    folder = _put(tmp_path / "multi30k", [n for n in FAKE if n != "val.de.gz"])
+    calls = []
+
+    def fetch(url: str, dest: Path) -> None:
+        calls.append(url)
+        if url.startswith(MULTI30K_URL + "/"):
+            raise urllib.error.HTTPError(url, 404, "Not Found", None, None)
+        dest.write_bytes(FAKE[url.rsplit("/", 1)[1]])
+
+    monkeypatch.setattr(data, "_fetch", fetch)
+    download_multi30k(tmp_path)
+    assert calls == [f"{MULTI30K_URL}/val.de.gz", f"{data.MULTI30K_BRANCH_URL}/val.de.gz"]
+    assert data.MULTI30K_BRANCH_URL.endswith("/master/data/task1/raw")
+    assert _is_verified(folder, fake_table)
+    assert _parts(folder) == []
+
+
 def test_corrupt_download_twice_raises_and_keeps_nothing(tmp_path, monkeypatch, no_env, fake_table):
     folder = _put(tmp_path / "multi30k", [n for n in FAKE if n != "val.en.gz"])
     net = Network("garbage")

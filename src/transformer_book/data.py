@@ -2,11 +2,11 @@
 """Multi30k with checksums, a subword tokenizer, token-budget batches (chapter 9)."""
 
 # %% auto #0
-__all__ = ['PAD_ID', 'BOS_ID', 'EOS_ID', 'UNK_ID', 'SPECIAL_TOKENS', 'MULTI30K_COMMIT', 'MULTI30K_URL', 'MULTI30K_FILES',
-           'SPLITS', 'LANGUAGES', 'DATA_ENV', 'DEFAULT_DATA_ROOT', 'DOWNLOAD_ATTEMPTS', 'DEFAULT_POOL_SIZE',
-           'DataError', 'file_sha256', 'download_multi30k', 'load_multi30k', 'normalize', 'train_tokenizer', 'encode',
-           'decode', 'save_tokenizer', 'load_tokenizer', 'encode_pairs', 'token_buckets', 'batch_by_tokens',
-           'padding_efficiency']
+__all__ = ['PAD_ID', 'BOS_ID', 'EOS_ID', 'UNK_ID', 'SPECIAL_TOKENS', 'MULTI30K_COMMIT', 'MULTI30K_URL', 'MULTI30K_BRANCH_URL',
+           'MULTI30K_FILES', 'SPLITS', 'LANGUAGES', 'DATA_ENV', 'DEFAULT_DATA_ROOT', 'DOWNLOAD_ATTEMPTS',
+           'DEFAULT_POOL_SIZE', 'DataError', 'file_sha256', 'download_multi30k', 'load_multi30k', 'normalize',
+           'train_tokenizer', 'encode', 'decode', 'save_tokenizer', 'load_tokenizer', 'encode_pairs', 'token_buckets',
+           'batch_by_tokens', 'padding_efficiency']
 
 # %% ../../chapters/09_translation_data.ipynb #ceab4cee
 import gzip
@@ -38,6 +38,8 @@ SPECIAL_TOKENS = ["<pad>", "<s>", "</s>", "<unk>"]  # SPECIAL_TOKENS[i] is the t
 # files at this commit, so a later change upstream cannot break the download.
 MULTI30K_COMMIT = "5853dcc8a900ecfa26c3419dcc5a5e7d4c81657b"
 MULTI30K_URL = f"https://raw.githubusercontent.com/multi30k/dataset/{MULTI30K_COMMIT}/data/task1/raw"
+# Tried only when the pinned commit is not on the server (HTTP 404); the sha256 sums still decide.
+MULTI30K_BRANCH_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw"
 MULTI30K_FILES = {  # file name -> sha256 of the published bytes
     "train.de.gz": "726e39b2fa9eb9ffb6dc763fb35a179f80fae06ffc5d28b6ace5faa883de28a6",
     "train.en.gz": "d79cfa999dd4c51d2cb42499b6796d5a882c3a8a961923c25a898c90f8bbd56f",
@@ -154,6 +156,8 @@ def _download_attempts(name: str, folder: Path) -> None:
             failures.append(f"wrong sha256 {actual}")
         except _TRANSFER_ERRORS as err:
             failures.append(f"{type(err).__name__}: {err}")
+            if isinstance(err, urllib.error.HTTPError) and err.code == 404 and url.startswith(MULTI30K_URL):
+                url = f"{MULTI30K_BRANCH_URL}/{name}"  # the pin is unknown upstream: the branch, still checked
         except OSError as err:  # this machine's problem (disk full, no permission): a retry would not help
             raise DataError(f"Could not write the download of {name} into {folder.absolute()}: {err}") from err
         finally:
