@@ -47,6 +47,13 @@ MAIN_NAMES: dict[str, list[str]] = {
     "presets": ["PRESETS", "Preset", "choose_preset", "pick_device"],
     "run": ["train"],
     "interop": ["to_torch_transformer"],
+    "efficient": [
+        "blockwise_attention",
+        "sliding_window_attention",
+        "linear_attention",
+        "linear_attention_recurrent",
+        "GroupedQueryAttention",
+    ],
 }
 
 # `python -m transformer_book` runs chapter 10's command line; generated only when that chapter exists.
