@@ -59,12 +59,12 @@ def blockwise_attention(
         batch = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])
         check_mask(mask, torch.Size((*batch, length_q, length_k)))
         mask = mask.expand(*mask.shape[:-1], length_k)  # a view, so that slicing the keys' axis works
-    scale = 1.0 / math.sqrt(query.size(-1))
+    query = query / math.sqrt(query.size(-1))  # scaled once here, not in every block of scores
     positions_q = torch.arange(length_q, device=query.device)[:, None]  # (L_q, 1)
     running_max = running_sum = out = None
     for start in range(0, length_k, block_size):
         stop = min(start + block_size, length_k)
-        scores = query @ key[..., start:stop, :].transpose(-2, -1) * scale  # s = Q K_b^T / sqrt(d_k): (..., L_q, b)
+        scores = query @ key[..., start:stop, :].transpose(-2, -1)  # s = Q K_b^T / sqrt(d_k): (..., L_q, b)
         if causal:
             keys_seen = torch.arange(start, stop, device=query.device) <= positions_q  # (L_q, b): j <= i
             scores = scores.masked_fill(~keys_seen, -math.inf)
