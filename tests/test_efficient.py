@@ -46,7 +46,9 @@ def qkv(*leading: int, length_q: int, length_k: int | None = None, d_k: int = 8,
     block_size=st.integers(1, 50),
     seed=st.integers(0, 1000),
 )
-def test_blockwise_equals_pytorch_and_chapter_2_with_any_mask(batch, heads, length_q, length_k, block_size, seed):
+def test_blockwise_equals_pytorch_and_chapter_2_with_any_mask(
+    batch, heads, length_q, length_k, block_size, seed
+):
     q, k, v = qkv(batch, heads, length_q=length_q, length_k=length_k, seed=seed)
     generator = torch.Generator().manual_seed(seed)
     mask = torch.rand(batch, 1, length_q, length_k, generator=generator) < 0.7
@@ -145,7 +147,8 @@ def test_window_longer_than_the_sequence_is_full_or_causal_attention():
     q, k, v = qkv(1, 2, length_q=10)
     assert_close(sliding_window_attention(q, k, v, 100), F.scaled_dot_product_attention(q, k, v))
     assert_close(
-        sliding_window_attention(q, k, v, 9, causal=True), F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        sliding_window_attention(q, k, v, 9, causal=True),
+        F.scaled_dot_product_attention(q, k, v, is_causal=True),
     )
 
 
@@ -240,7 +243,9 @@ def mha_with_repeated_kv(gqa: GroupedQueryAttention) -> MultiHeadAttention:
             source, target = getattr(gqa, name), getattr(mha, name)
             weight = source.weight.view(gqa.num_kv_heads, gqa.d_head, gqa.d_model)
             target.weight.copy_(weight.repeat_interleave(gqa.groups, 0).reshape(gqa.d_model, gqa.d_model))
-            target.bias.copy_(source.bias.view(gqa.num_kv_heads, gqa.d_head).repeat_interleave(gqa.groups, 0).flatten())
+            target.bias.copy_(
+                source.bias.view(gqa.num_kv_heads, gqa.d_head).repeat_interleave(gqa.groups, 0).flatten()
+            )
     return mha
 
 
@@ -309,11 +314,15 @@ def test_gqa_cache_holds_kv_heads_only_and_gives_the_same_outputs(kv_heads):
     static = KVCache(static=True)
     first = gqa(x[:, :1], memory, memory, cache=static)
     assert static.key.shape == (2, kv_heads, 5, 4)
-    assert_close(gqa(x[:, :1], memory[:, :0], memory[:, :0], cache=static), first)  # reuses the projected memory
+    assert_close(
+        gqa(x[:, :1], memory[:, :0], memory[:, :0], cache=static), first
+    )  # reuses the projected memory
 
 
 def test_gqa_rejects_heads_that_do_not_group():
-    with pytest.raises(ValueError, match=r"num_heads \(8\) must be divisible by num_kv_heads \(3\).*\[1, 2, 4, 8\]"):
+    with pytest.raises(
+        ValueError, match=r"num_heads \(8\) must be divisible by num_kv_heads \(3\).*\[1, 2, 4, 8\]"
+    ):
         GroupedQueryAttention(32, 8, 3)
     with pytest.raises(ValueError, match="num_kv_heads must be at least 1"):
         GroupedQueryAttention(32, 8, 0)
@@ -338,6 +347,6 @@ def test_gqa_rejects_bad_inputs_and_masks():
 
 def test_gqa_parameter_count():
     assert sum(p.numel() for p in GroupedQueryAttention(512, 8, 8).parameters()) == 1_050_624
-    assert sum(p.numel() for p in GroupedQueryAttention(512, 8, 1).parameters()) == 2 * (512 * 512 + 512) + 2 * (
-        512 * 64 + 64
-    )
+    assert sum(p.numel() for p in GroupedQueryAttention(512, 8, 1).parameters()) == 2 * (
+        512 * 512 + 512
+    ) + 2 * (512 * 64 + 64)

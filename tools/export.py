@@ -50,8 +50,6 @@ MAIN_NAMES: dict[str, list[str]] = {
     "efficient": [
         "blockwise_attention",
         "sliding_window_attention",
-        "linear_attention",
-        "linear_attention_recurrent",
         "GroupedQueryAttention",
     ],
 }

@@ -41,8 +41,6 @@ _MODULE_OF = {
     "to_torch_transformer": "interop",
     "blockwise_attention": "efficient",
     "sliding_window_attention": "efficient",
-    "linear_attention": "efficient",
-    "linear_attention_recurrent": "efficient",
     "GroupedQueryAttention": "efficient",
 }
 
@@ -50,7 +48,7 @@ if TYPE_CHECKING:  # editors and type checkers see the names without running __g
     from .attention import scaled_dot_product_attention
     from .data import download_multi30k, load_multi30k
     from .decoding import beam_search, greedy_decode
-    from .efficient import GroupedQueryAttention, blockwise_attention, linear_attention, linear_attention_recurrent, sliding_window_attention
+    from .efficient import GroupedQueryAttention, blockwise_attention, sliding_window_attention
     from .interop import to_torch_transformer
     from .masking import Batch, causal_mask, padding_mask
     from .model import Transformer, TransformerConfig
@@ -106,7 +104,5 @@ __all__ = [
     "to_torch_transformer",
     "blockwise_attention",
     "sliding_window_attention",
-    "linear_attention",
-    "linear_attention_recurrent",
     "GroupedQueryAttention",
 ]
