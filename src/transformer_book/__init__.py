@@ -39,12 +39,16 @@ _MODULE_OF = {
     "pick_device": "presets",
     "train": "run",
     "to_torch_transformer": "interop",
+    "blockwise_attention": "efficient",
+    "sliding_window_attention": "efficient",
+    "GroupedQueryAttention": "efficient",
 }
 
 if TYPE_CHECKING:  # editors and type checkers see the names without running __getattr__
     from .attention import scaled_dot_product_attention
     from .data import download_multi30k, load_multi30k
     from .decoding import beam_search, greedy_decode
+    from .efficient import GroupedQueryAttention, blockwise_attention, sliding_window_attention
     from .interop import to_torch_transformer
     from .masking import Batch, causal_mask, padding_mask
     from .model import Transformer, TransformerConfig
@@ -98,4 +102,7 @@ __all__ = [
     "pick_device",
     "train",
     "to_torch_transformer",
+    "blockwise_attention",
+    "sliding_window_attention",
+    "GroupedQueryAttention",
 ]
