@@ -36,6 +36,7 @@ IGNORED = {"__pycache__"}
 MAIN_NAMES: dict[str, list[str]] = {
     "recurrent": ["RNNCell", "LSTMCell"],
     "attention": ["scaled_dot_product_attention"],
+    "seq2seq": ["AdditiveAttention", "RecurrentSeq2Seq"],
     "multihead": ["MultiHeadAttention"],
     "positional": ["sinusoidal_encoding", "PositionalEncoding", "LearnedPositionalEmbedding"],
     "masking": ["padding_mask", "causal_mask", "Batch"],

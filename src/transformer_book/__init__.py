@@ -16,6 +16,8 @@ _MODULE_OF = {
     "RNNCell": "recurrent",
     "LSTMCell": "recurrent",
     "scaled_dot_product_attention": "attention",
+    "AdditiveAttention": "seq2seq",
+    "RecurrentSeq2Seq": "seq2seq",
     "MultiHeadAttention": "multihead",
     "sinusoidal_encoding": "positional",
     "PositionalEncoding": "positional",
@@ -57,6 +59,7 @@ if TYPE_CHECKING:  # editors and type checkers see the names without running __g
     from .presets import PRESETS, Preset, choose_preset, pick_device
     from .recurrent import LSTMCell, RNNCell
     from .run import train
+    from .seq2seq import AdditiveAttention, RecurrentSeq2Seq
     from .training import LabelSmoothingLoss, WarmupSchedule, fit
     from .translate import Translator
 
@@ -79,6 +82,8 @@ __all__ = [
     "RNNCell",
     "LSTMCell",
     "scaled_dot_product_attention",
+    "AdditiveAttention",
+    "RecurrentSeq2Seq",
     "MultiHeadAttention",
     "sinusoidal_encoding",
     "PositionalEncoding",
