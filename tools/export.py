@@ -47,6 +47,7 @@ MAIN_NAMES: dict[str, list[str]] = {
     "presets": ["PRESETS", "Preset", "choose_preset", "pick_device"],
     "run": ["train"],
     "interop": ["to_torch_transformer"],
+    "lm": ["TransformerStack", "StackConfig", "generate"],
 }
 
 # `python -m transformer_book` runs chapter 10's command line; generated only when that chapter exists.

@@ -39,6 +39,9 @@ _MODULE_OF = {
     "pick_device": "presets",
     "train": "run",
     "to_torch_transformer": "interop",
+    "TransformerStack": "lm",
+    "StackConfig": "lm",
+    "generate": "lm",
 }
 
 if TYPE_CHECKING:  # editors and type checkers see the names without running __getattr__
@@ -46,6 +49,7 @@ if TYPE_CHECKING:  # editors and type checkers see the names without running __g
     from .data import download_multi30k, load_multi30k
     from .decoding import beam_search, greedy_decode
     from .interop import to_torch_transformer
+    from .lm import StackConfig, TransformerStack, generate
     from .masking import Batch, causal_mask, padding_mask
     from .model import Transformer, TransformerConfig
     from .multihead import MultiHeadAttention
@@ -98,4 +102,7 @@ __all__ = [
     "pick_device",
     "train",
     "to_torch_transformer",
+    "TransformerStack",
+    "StackConfig",
+    "generate",
 ]
