@@ -11,6 +11,7 @@ __all__ = ['IGNORE_INDEX', 'NORMS', 'FEED_FORWARDS', 'POSITIONS', 'RECIPES', 'MA
 # %% ../../chapters/11_one_stack.ipynb #e06f48a3
 import math
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -79,58 +80,55 @@ RECIPES = {  # keyword arguments of StackConfig
 }
 
 
+@dataclass
 class StackConfig:
     """Sizes and parts of a TransformerStack; the defaults are a tiny model with the 2017 parts, for the CPU."""
 
-    def __init__(
-        self,
-        vocab_size: int,
-        d_model: int = 64,  # width of the residual stream
-        num_heads: int = 4,  # D_h = 16
-        num_layers: int = 2,
-        d_ff: int = 256,  # 4 * d_model as in the paper; SwiGLU's three matrices need about 2/3 of it
-        dropout: float = 0.1,
-        max_len: int = 128,  # longest sequence: the sinusoidal table's length, prompt plus generated tokens
-        causal: bool = True,  # True: position t sees positions <= t (GPT); False: every position (BERT)
-        num_segments: int = 0,  # 2 for BERT's sentence A / sentence B embeddings; 0 for none
-        norm_first: bool = False,  # the paper is post-norm
-        norm: str = "layernorm",
-        feed_forward: str = "relu",
-        positions: str = "sinusoidal",
-        pad_id: int = PAD_ID,
-    ):
-        sizes = {"vocab_size": vocab_size, "d_model": d_model, "num_heads": num_heads, "num_layers": num_layers,
-                 "d_ff": d_ff, "max_len": max_len}
-        for name, value in {**sizes, "num_segments": num_segments, "pad_id": pad_id}.items():
-            if isinstance(value, bool) or not isinstance(value, int) or value < (1 if name in sizes else 0):
-                raise ValueError(f"{name} must be a {'positive' if name in sizes else 'non-negative'} int; "
-                                 f"got {value!r}")
-        if d_model % num_heads != 0:
+    vocab_size: int
+    d_model: int = 64  # width of the residual stream
+    num_heads: int = 4  # D_h = 16
+    num_layers: int = 2
+    d_ff: int = 256  # 4 * d_model as in the paper; SwiGLU's three matrices need about 2/3 of it
+    dropout: float = 0.1
+    max_len: int = 128  # longest sequence: the sinusoidal table's length, prompt plus generated tokens
+    causal: bool = True  # True: position t sees positions <= t (GPT); False: every position (BERT)
+    num_segments: int = 0  # 2 for BERT's sentence A / sentence B embeddings; 0 for none
+    norm_first: bool = False  # the paper is post-norm
+    norm: str = "layernorm"  # or "rmsnorm"
+    feed_forward: str = "relu"  # or "gelu", "swiglu"
+    positions: str = "sinusoidal"  # or "rotary"
+    pad_id: int = PAD_ID
+
+    def __post_init__(self) -> None:
+        sizes = ("vocab_size", "d_model", "num_heads", "num_layers", "d_ff", "max_len")
+        for name in (*sizes, "num_segments", "pad_id"):
+            value, low = getattr(self, name), 1 if name in sizes else 0
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"{name} must be an int >= {low}; got {value!r}")
+        if self.d_model % self.num_heads != 0:
             raise ValueError(
-                f"d_model ({d_model}) must be divisible by num_heads ({num_heads}) so that every head gets "
-                f"d_model / num_heads features; try num_heads in {[h for h in range(1, 17) if d_model % h == 0]}"
+                f"d_model ({self.d_model}) must be divisible by num_heads ({self.num_heads}) so that every head "
+                f"gets d_model / num_heads features; try num_heads in "
+                f"{[h for h in range(1, 17) if self.d_model % h == 0]}"
             )
-        _check_choice("norm", norm, NORMS)
-        _check_choice("feed_forward", feed_forward, FEED_FORWARDS)
-        _check_choice("positions", positions, POSITIONS)
-        if positions == "sinusoidal" and d_model % 2 != 0:
-            raise ValueError(f"the sinusoidal encoding needs an even d_model (sine, cosine pairs); got {d_model}")
-        if positions == "rotary" and (d_model // num_heads) % 2 != 0:
+        _check_choice("norm", self.norm, NORMS)
+        _check_choice("feed_forward", self.feed_forward, FEED_FORWARDS)
+        _check_choice("positions", self.positions, POSITIONS)
+        if self.positions == "sinusoidal" and self.d_model % 2 != 0:
+            raise ValueError(f"the sinusoidal encoding needs an even d_model (sine, cosine pairs); got {self.d_model}")
+        head_size = self.d_model // self.num_heads
+        if self.positions == "rotary" and head_size % 2 != 0:
             raise ValueError(
                 f"rotary positions rotate pairs of features, so the head size d_model / num_heads must be even; "
-                f"got {d_model} / {num_heads} = {d_model // num_heads}; change num_heads or d_model"
+                f"got {self.d_model} / {self.num_heads} = {head_size}; change num_heads or d_model"
             )
-        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1); got {dropout!r}")
-        if pad_id >= vocab_size:
-            raise ValueError(f"pad_id ({pad_id}) must be a token id: 0 <= pad_id < vocab_size ({vocab_size})")
-        self.vocab_size, self.d_model, self.num_heads, self.num_layers = vocab_size, d_model, num_heads, num_layers
-        self.d_ff, self.dropout, self.max_len, self.causal = d_ff, dropout, max_len, bool(causal)
-        self.num_segments, self.norm_first, self.norm = num_segments, bool(norm_first), norm
-        self.feed_forward, self.positions, self.pad_id = feed_forward, positions, pad_id
-
-    def __repr__(self) -> str:
-        return f"StackConfig({', '.join(f'{k}={v!r}' for k, v in vars(self).items())})"
+        if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)) or not 0 <= self.dropout < 1:
+            raise ValueError(f"dropout must be in [0, 1); got {self.dropout!r}")
+        for name in ("causal", "norm_first"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name} must be True or False; got {getattr(self, name)!r}")
+        if self.pad_id >= self.vocab_size:
+            raise ValueError(f"pad_id ({self.pad_id}) must be a token id: 0 <= pad_id < vocab_size ({self.vocab_size})")
 
 # %% ../../chapters/11_one_stack.ipynb #7b3e3072
 class TransformerStack(nn.Module):
@@ -429,13 +427,17 @@ def top_k_filter(logits: Tensor, k: int) -> Tensor:
     return logits.masked_fill(~keep, float("-inf"))
 
 
+def _check_top_p(p: float) -> None:
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 < p <= 1.0:
+        raise ValueError(f"top_p must be a probability in (0, 1]; got {p!r}; 1.0 keeps every token")
+
+
 def top_p_filter(logits: Tensor, p: float) -> Tensor:
     """Nucleus filter: keep the smallest set of most likely tokens with probability mass >= p, per row.
 
     logits (..., V) -> (..., V), the tokens left out set to -inf. p in (0, 1]; p = 1 keeps every token.
     """
-    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 < p <= 1.0:
-        raise ValueError(f"top_p must be a probability in (0, 1]; got {p!r}; 1.0 keeps every token")
+    _check_top_p(p)
     if p == 1.0:
         return logits
     probs, order = logits.softmax(dim=-1).sort(dim=-1, descending=True)  # (..., V) each
@@ -460,7 +462,7 @@ def sample_next(
     if top_k is not None:
         logits = top_k_filter(logits, top_k)
     if top_p is not None:
-        top_p_filter(logits[:0], top_p)  # checks top_p now, even when the temperature is 0
+        _check_top_p(top_p)  # now, so that a bad value fails even when the temperature is 0
     if temperature == 0:
         return logits.argmax(dim=-1)  # (B,)
     logits = logits / temperature  # (B, V): z / tau
