@@ -53,6 +53,7 @@ MAIN_NAMES: dict[str, list[str]] = {
         "sliding_window_attention",
         "GroupedQueryAttention",
     ],
+    "lm": ["TransformerStack", "StackConfig", "generate"],
 }
 
 # `python -m transformer_book` runs chapter 10's command line; generated only when that chapter exists.

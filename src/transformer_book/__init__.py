@@ -44,6 +44,9 @@ _MODULE_OF = {
     "blockwise_attention": "efficient",
     "sliding_window_attention": "efficient",
     "GroupedQueryAttention": "efficient",
+    "TransformerStack": "lm",
+    "StackConfig": "lm",
+    "generate": "lm",
 }
 
 if TYPE_CHECKING:  # editors and type checkers see the names without running __getattr__
@@ -52,6 +55,7 @@ if TYPE_CHECKING:  # editors and type checkers see the names without running __g
     from .decoding import beam_search, greedy_decode
     from .efficient import GroupedQueryAttention, blockwise_attention, sliding_window_attention
     from .interop import to_torch_transformer
+    from .lm import StackConfig, TransformerStack, generate
     from .masking import Batch, causal_mask, padding_mask
     from .model import Transformer, TransformerConfig
     from .multihead import MultiHeadAttention
@@ -110,4 +114,7 @@ __all__ = [
     "blockwise_attention",
     "sliding_window_attention",
     "GroupedQueryAttention",
+    "TransformerStack",
+    "StackConfig",
+    "generate",
 ]
