@@ -66,10 +66,10 @@ def test_export_is_deterministic(tmp_path):
 def test_init_lists_only_existing_modules(tmp_path):
     package = tmp_path / "pkg"
     package.mkdir()
-    (package / "recurrent.py").write_text("__all__ = ['RNNCell', 'LSTMCell', 'helper']\n", encoding="utf-8")
+    (package / "recurrent.py").write_text("__all__ = ['RNNCell', 'LSTMCell', 'GRUCell', 'helper']\n", encoding="utf-8")
     init = export.render_init(package, "9.9.9")
     assert '__version__ = "9.9.9"' in init
-    assert "from .recurrent import LSTMCell, RNNCell" in init
+    assert "from .recurrent import GRUCell, LSTMCell, RNNCell" in init
     assert "attention" not in init
     (package / "attention.py").write_text("__all__ = ['something_else']\n", encoding="utf-8")
     with pytest.raises(export.ExportError, match="does not export scaled_dot_product_attention"):

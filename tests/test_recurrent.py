@@ -1,4 +1,4 @@
-"""Tests for transformer_book.recurrent (chapter 1): RNN and LSTM cells, the sequence layer, helpers."""
+"""Tests for transformer_book.recurrent (chapter 1): RNN, LSTM and GRU cells, the sequence layer, helpers."""
 
 import re
 
@@ -10,16 +10,23 @@ from torch import nn
 from torch.testing import assert_close
 
 from transformer_book.recurrent import (
+    GRUCell,
     LSTMCell,
     RecurrentLayer,
     RNNCell,
     input_gradient_norms,
     load_torch_weights,
     make_recall_batch,
+    make_shifted_recall_batch,
     with_spectral_radius,
 )
 
-CELLS = {"rnn": (RNNCell, nn.RNN, nn.RNNCell), "lstm": (LSTMCell, nn.LSTM, nn.LSTMCell)}
+CELLS = {
+    "rnn": (RNNCell, nn.RNN, nn.RNNCell),
+    "lstm": (LSTMCell, nn.LSTM, nn.LSTMCell),
+    "gru": (GRUCell, nn.GRU, nn.GRUCell),
+}
+ONE_STATE = ("rnn", "gru")  # cells whose state is h alone; the LSTM carries (h, c)
 
 
 def _pair(kind: str, d_in: int, d_hid: int, seed: int = 0):
@@ -37,7 +44,7 @@ def test_output_shapes(kind):
     layer = RecurrentLayer(CELLS[kind][0](5, 7))
     outputs, state = layer(torch.randn(3, 4, 5))
     assert outputs.shape == (3, 4, 7)
-    final_h = state if kind == "rnn" else state[0]
+    final_h = state if kind in ONE_STATE else state[0]
     assert final_h.shape == (3, 7)
     assert torch.equal(outputs[:, -1], final_h), "the last output is the final hidden state"
 
@@ -49,7 +56,7 @@ def test_matches_torch_float64(kind):
     outputs, state = ours(x)
     ref_outputs, ref_state = reference(x)
     assert_close(outputs, ref_outputs)
-    if kind == "rnn":
+    if kind in ONE_STATE:
         assert_close(state, ref_state[0])
     else:
         assert_close(state[0], ref_state[0][0])
@@ -61,7 +68,7 @@ def test_matches_torch_with_initial_state(kind):
     ours, reference = _pair(kind, 3, 5, seed=1)
     x = torch.randn(2, 4, 3, dtype=torch.float64)
     h0 = torch.randn(2, 5, dtype=torch.float64)
-    if kind == "rnn":
+    if kind in ONE_STATE:
         outputs, _ = ours(x, h0)
         ref_outputs, _ = reference(x, h0.unsqueeze(0))
     else:
@@ -80,7 +87,8 @@ def test_single_step_matches_torch_cell(kind):
     load_torch_weights(cell, reference)
     x_t = torch.randn(5, 3, dtype=torch.float64)
     state = cell.initial_state(5, x_t)
-    if kind == "rnn":
+    if kind in ONE_STATE:
+        state = torch.randn(5, 4, dtype=torch.float64)  # a nonzero state exercises every weight
         assert_close(cell(x_t, state), reference(x_t, state))
     else:
         h, c = cell(x_t, state)
@@ -123,6 +131,44 @@ def test_wrong_hidden_size_is_rejected():
         lstm(torch.randn(2, 3, 5), (torch.zeros(2, 6), torch.zeros(2, 4)))
     with pytest.raises(ValueError, match=r"^c must have shape .*\(2, 4\), got \(2, 3\)"):
         lstm(torch.randn(2, 3, 5), (torch.zeros(2, 4), torch.zeros(2, 3)))
+
+
+def test_gru_state_of_the_wrong_shape_is_rejected():
+    gru = RecurrentLayer(GRUCell(5, 4))
+    with pytest.raises(ValueError, match=r"^state must have shape .*\(2, 4\), got \(2, 6\).*hidden_size=6"):
+        gru(torch.randn(2, 3, 5), torch.zeros(2, 6))
+    with pytest.raises(TypeError, match=r"state must be a tensor of shape \(2, 4\), got tuple"):
+        gru(torch.randn(2, 3, 5), (torch.zeros(2, 4), torch.zeros(2, 4)))
+
+
+def test_gru_update_gate_interpolates_between_old_state_and_candidate():
+    """With the update gate forced to 1 the state is carried unchanged; forced to 0 it is the candidate alone."""
+    torch.manual_seed(8)
+    cell = GRUCell(3, 4).double()
+    x_t, h = torch.randn(2, 3, dtype=torch.float64), torch.randn(2, 4, dtype=torch.float64)
+    with torch.no_grad():
+        cell.bias_hh[4:8] = 1e4  # update-gate block: z = 1
+    assert_close(cell(x_t, h), h)
+    with torch.no_grad():
+        cell.bias_hh[4:8] = -1e4  # z = 0: h_t = n_t, which does not depend on z
+        candidate = cell(x_t, h)
+        cell.bias_hh[4:8] = 0.0
+    assert candidate.abs().max() < 1, "the candidate is a tanh"
+    assert not torch.allclose(cell(x_t, h), candidate), "with z in (0, 1) the old state is mixed in"
+
+
+def test_gru_float32_matches_torch():
+    torch.manual_seed(9)
+    reference = nn.GRU(8, 16, batch_first=True)
+    ours = RecurrentLayer(GRUCell(8, 16))
+    load_torch_weights(ours.cell, reference)
+    x = torch.randn(4, 20, 8)
+    assert_close(ours(x)[0], reference(x)[0])  # float32 tolerance: rtol 1.3e-6, atol 1e-5
+
+
+def test_load_torch_weights_refuses_an_lstm_for_a_gru():
+    with pytest.raises(ValueError, match=r"weight_ih_l0 has shape \(16, 3\), but the cell needs \(12, 3\)"):
+        load_torch_weights(GRUCell(3, 4), nn.LSTM(3, 4))
 
 
 def test_lstm_state_must_be_a_pair():
@@ -242,6 +288,18 @@ def test_make_recall_batch():
     assert torch.equal(tokens, again), "the same generator seed must give the same batch"
     with pytest.raises(ValueError, match=r"distance must be a positive int, got 0"):
         make_recall_batch(8, 0, 11)
+
+
+def test_make_shifted_recall_batch():
+    tokens, query, targets = make_shifted_recall_batch(64, 3, 8, 11, torch.Generator().manual_seed(0))
+    assert tokens.shape == (64, 8) and query.shape == (64,) and targets.shape == (64,)
+    assert bool((query >= 3).all()) and bool((query < 8).all())
+    assert torch.equal(targets, tokens[torch.arange(64), query - 3])
+    assert len(set((query - 3).tolist())) > 1, "the target's absolute position must vary"
+    with pytest.raises(ValueError, match=r"seq_len must be larger than distance.*seq_len=4 and distance=4.*seq_len=8"):
+        make_shifted_recall_batch(2, 4, 4, 11)
+    with pytest.raises(ValueError, match=r"seq_len must be a positive int, got 0"):
+        make_shifted_recall_batch(2, 4, 0, 11)
 
 
 @settings(max_examples=30, deadline=None)

@@ -34,7 +34,7 @@ IGNORED = {"__pycache__"}
 # The main names each module hands on to `import transformer_book`. Modules that do not exist yet
 # (their chapter is not written) are left out; a listed name missing from an existing module is an error.
 MAIN_NAMES: dict[str, list[str]] = {
-    "recurrent": ["RNNCell", "LSTMCell"],
+    "recurrent": ["RNNCell", "LSTMCell", "GRUCell"],
     "attention": ["scaled_dot_product_attention"],
     "seq2seq": ["AdditiveAttention", "RecurrentSeq2Seq"],
     "multihead": ["MultiHeadAttention"],

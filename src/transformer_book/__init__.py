@@ -15,6 +15,7 @@ __version__ = "0.1.0"
 _MODULE_OF = {
     "RNNCell": "recurrent",
     "LSTMCell": "recurrent",
+    "GRUCell": "recurrent",
     "scaled_dot_product_attention": "attention",
     "AdditiveAttention": "seq2seq",
     "RecurrentSeq2Seq": "seq2seq",
@@ -61,7 +62,7 @@ if TYPE_CHECKING:  # editors and type checkers see the names without running __g
     from .multihead import MultiHeadAttention
     from .positional import LearnedPositionalEmbedding, PositionalEncoding, sinusoidal_encoding
     from .presets import PRESETS, Preset, choose_preset, pick_device
-    from .recurrent import LSTMCell, RNNCell
+    from .recurrent import GRUCell, LSTMCell, RNNCell
     from .run import train
     from .seq2seq import AdditiveAttention, RecurrentSeq2Seq
     from .training import LabelSmoothingLoss, WarmupSchedule, fit
@@ -85,6 +86,7 @@ __all__ = [
     "__version__",
     "RNNCell",
     "LSTMCell",
+    "GRUCell",
     "scaled_dot_product_attention",
     "AdditiveAttention",
     "RecurrentSeq2Seq",
