@@ -88,7 +88,7 @@ def greedy_decode(
         cache = model.new_cache() if use_cache else None
         for _ in range(max_len):
             step_input = tokens[:, -1:] if use_cache else tokens  # (B, 1) or (B, t)
-            logits = model.decode(step_input, memory, src_mask, cache=cache)[:, -1]  # (B, V)
+            logits = model.decode(step_input, memory, src_mask, cache=cache)[:, -1]  # (B, vocab_size)
             next_token = logits.argmax(dim=-1)  # (B,): y_t = argmax_y p(y | y_<t, X)
             next_token = next_token.masked_fill(finished, pad_id)  # finished sentences only pad
             tokens = torch.cat([tokens, next_token[:, None]], dim=1)  # (B, t + 1)
@@ -129,8 +129,8 @@ def hypothesis_score(
     with _eval_mode(model):
         src_mask = padding_mask(src, model.config.pad_id)  # (B, 1, 1, T_src)
         memory = model.encode(src, src_mask)  # (B, T_src, D)
-        logits = model.decode(tokens[:, :-1], memory, src_mask)  # (B, T_out, V), causal mask built inside
-    log_probs = torch.log_softmax(logits.to(_score_dtype(logits)), dim=-1)  # (B, T_out, V)
+        logits = model.decode(tokens[:, :-1], memory, src_mask)  # (B, T_out, vocab_size), causal mask built inside
+    log_probs = torch.log_softmax(logits.to(_score_dtype(logits)), dim=-1)  # (B, T_out, vocab_size)
     token_log_probs = log_probs.gather(-1, tokens[:, 1:, None]).squeeze(-1)  # (B, T_out): log p(y_t | y_<t, X)
     is_eos = tokens[:, 1:] == eos_id  # (B, T_out)
     after_eos = (is_eos.cumsum(dim=1) - is_eos.long()) > 0  # (B, T_out): True after the first EOS
@@ -188,16 +188,16 @@ def beam_search(
         best_done_score = torch.full((batch,), float("-inf"), dtype=dtype, device=device)  # (B,): s(Y, X)
         best_done = torch.full((batch, 1 + max_len), pad_id, dtype=torch.long, device=device)  # (B, 1 + max_len)
         for _ in range(max_len):
-            logits = model.decode(tokens[:, -1:], memory, src_mask, cache=cache)[:, -1]  # (B*K, V)
-            log_probs = torch.log_softmax(logits.to(dtype), dim=-1).view(batch, k, -1)  # (B, K, V)
+            logits = model.decode(tokens[:, -1:], memory, src_mask, cache=cache)[:, -1]  # (B*K, vocab_size)
+            log_probs = torch.log_softmax(logits.to(dtype), dim=-1).view(batch, k, -1)  # (B, K, vocab_size)
             vocab = log_probs.size(-1)
             # A finished hypothesis may only be extended by padding, at no cost: it stays as it is.
             done_row = torch.full((vocab,), float("-inf"), dtype=dtype, device=device)  # (V,)
             done_row[pad_id] = 0.0
-            log_probs = torch.where(finished[..., None], done_row, log_probs)  # (B, K, V)
-            candidates = scores[..., None] + log_probs  # (B, K, V): log p(y_<t | X) + log p(y_t | y_<t, X)
-            cand_lengths = torch.where(finished, lengths, lengths + 1)[..., None].expand(-1, -1, vocab)  # (B, K, V)
-            ranking = candidates / gnmt_length_penalty(cand_lengths, length_penalty)  # (B, K, V): s(Y, X)
+            log_probs = torch.where(finished[..., None], done_row, log_probs)  # (B, K, vocab_size)
+            candidates = scores[..., None] + log_probs  # (B, K, vocab_size): log p(y_<t | X) + log p(y_t | y_<t, X)
+            cand_lengths = torch.where(finished, lengths, lengths + 1)[..., None].expand(-1, -1, vocab)  # (B, K, vocab_size)
+            ranking = candidates / gnmt_length_penalty(cand_lengths, length_penalty)  # (B, K, vocab_size): s(Y, X)
             top = ranking.view(batch, -1).topk(k, dim=-1).indices  # (B, K): indices into K*V
             beam_origin, next_token = top // vocab, top % vocab  # (B, K) each
             scores = candidates.view(batch, -1).gather(1, top)  # (B, K)

@@ -38,7 +38,7 @@ class ShardedLoss(nn.Module):
         self.loss_fn, self.ignore_index = loss_fn, ignore_index
 
     def forward(self, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        """logits (B_r, T_tgt, V), target (B_r, T_tgt) of this process's shard -> W * shard sum / N_batch."""
+        """logits (B_r, T_tgt, vocab_size), target (B_r, T_tgt) of this process's shard -> W * shard sum / N_batch."""
         tokens = (target != self.ignore_index).sum()
         batch_tokens = tokens.clone()
         dist.all_reduce(batch_tokens)  # N_batch: the target tokens of all the shards

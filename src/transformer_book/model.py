@@ -254,7 +254,7 @@ class TransformerConfig:
 class Transformer(nn.Module):
     """The encoder-decoder Transformer: source ids (B, T_src) and shifted target ids (B, T_tgt) -> logits.
 
-    encode(src) -> memory (B, T_src, D); decode(tgt, memory) -> logits (B, T_tgt, V); forward does both.
+    encode(src) -> memory (B, T_src, D); decode(tgt, memory) -> logits (B, T_tgt, vocab_size); forward does both.
     Token ids are torch.long (or int32); masks are boolean, True = may attend.
     """
 
@@ -298,7 +298,7 @@ class Transformer(nn.Module):
         tgt_mask: Tensor | None = None,
         cache: list[LayerCache] | None = None,
     ) -> Tensor:
-        """tgt (B, T_tgt), memory (B, T_src, D) -> logits (B, T_tgt, V).
+        """tgt (B, T_tgt), memory (B, T_src, D) -> logits (B, T_tgt, vocab_size).
 
         src_mask (B, 1, 1, T_src): pass the mask the encoder used whenever the source has padding. memory holds
         vectors, not token ids, so decode cannot rebuild the mask; with src_mask=None the cross-attention also
@@ -316,12 +316,12 @@ class Transformer(nn.Module):
                 diagonal=offset
             )  # (T_tgt, offset + T_tgt)
         x = self.embed(tgt, self.tgt_embed, offset)  # (B, T_tgt, D)
-        return self.generator(self.decoder(x, memory, src_mask, tgt_mask, cache))  # (B, T_tgt, V)
+        return self.generator(self.decoder(x, memory, src_mask, tgt_mask, cache))  # (B, T_tgt, vocab_size)
 
     def forward(
         self, src: Tensor, tgt_in: Tensor, src_mask: Tensor | None = None, tgt_mask: Tensor | None = None
     ) -> Tensor:
-        """src (B, T_src), tgt_in (B, T_tgt) -> logits (B, T_tgt, V), for teacher forcing."""
+        """src (B, T_src), tgt_in (B, T_tgt) -> logits (B, T_tgt, vocab_size), for teacher forcing."""
         self._check_tokens("src", src, self.config.src_vocab_size)  # before padding_mask reads it
         if src_mask is None:
             src_mask = padding_mask(src, self.config.pad_id)  # (B, 1, 1, T_src)

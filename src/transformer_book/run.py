@@ -55,7 +55,7 @@ def validation_loss(model, examples, preset: Preset, device, amp_dtype, loss_fn)
     for batch in data.batch_by_tokens(examples, preset.max_tokens, shuffle=False):
         batch = batch.to(device)
         with autocast(device, amp_dtype):
-            logits = model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)  # (B, T_tgt, V)
+            logits = model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)  # (B, T_tgt, vocab_size)
         total += loss_fn(logits, batch.tgt_out).item() * batch.num_tokens
         tokens += batch.num_tokens
     return total / tokens
@@ -314,7 +314,7 @@ def step_cost(model: Transformer, batch: Batch, loss_fn: nn.Module) -> dict[str,
     batch = batch.to(next(model.parameters()).device)
     with FlopCounterMode(display=False) as counter:
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-            logits = model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)  # (B, T_tgt, V)
+            logits = model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)  # (B, T_tgt, vocab_size)
             loss = loss_fn(logits, batch.tgt_out)
         activation_bytes = sum(size for ptr, size in kept.items() if ptr not in weights)
         loss.backward()

@@ -30,7 +30,7 @@ AMP_DTYPES = (torch.bfloat16, torch.float16)  # the low-precision types autocast
 class LabelSmoothingLoss(nn.Module):
     """Cross-entropy H(q, p) against a label-smoothed target q, averaged over the non-padding tokens.
 
-    logits (..., V) and integer targets (...) -> a scalar. q gives the correct class y at least 1 - smoothing
+    logits (..., vocab_size) and integer targets (...) -> a scalar. q gives the correct class y at least 1 - smoothing
     and spreads `smoothing` over the vocabulary:
       convention="uniform": smoothing / K to every class, y included (Szegedy et al. 2016; equal to
         torch.nn.CrossEntropyLoss(label_smoothing=smoothing)), so q_y = 1 - smoothing + smoothing / K;
@@ -54,10 +54,10 @@ class LabelSmoothingLoss(nn.Module):
         self.smoothing, self.ignore_index, self.convention = smoothing, ignore_index, convention
 
     def forward(self, logits: Tensor, target: Tensor) -> Tensor:
-        """logits (..., V), target (...) integer class ids -> scalar loss (float32, or float64 for float64 logits)."""
+        """logits (..., vocab_size), target (...) integer class ids -> scalar loss (float32, or float64 for float64 logits)."""
         if logits.shape[:-1] != target.shape:
             raise ValueError(
-                f"logits (..., V) and target (...) must agree on the leading dimensions; got logits "
+                f"logits (..., vocab_size) and target (...) must agree on the leading dimensions; got logits "
                 f"{tuple(logits.shape)} and target {tuple(target.shape)}"
             )
         if target.dtype.is_floating_point or target.dtype.is_complex or target.dtype == torch.bool:
@@ -65,7 +65,7 @@ class LabelSmoothingLoss(nn.Module):
         dtype = torch.promote_types(logits.dtype, torch.float32)  # float32 even under autocast; float64 stays
         keep = target != self.ignore_index  # (...): the positions that count
         target = target.masked_fill(~keep, 0)  # (...): a valid id at ignored positions (ignore_index may be -100)
-        log_probs = F.log_softmax(logits.to(dtype), dim=-1)  # (..., V): log p_k
+        log_probs = F.log_softmax(logits.to(dtype), dim=-1)  # (..., vocab_size): log p_k
         total = -log_probs.sum(dim=-1)  # (...): sum over k of -log p_k; inf if a logit is -inf, NaN if one is NaN
         if not torch.isfinite(total).all():
             return self._forward_with_impossible_classes(logits.to(dtype), target, keep)
@@ -85,10 +85,10 @@ class LabelSmoothingLoss(nn.Module):
     def _forward_with_impossible_classes(self, logits: Tensor, target: Tensor, keep: Tensor) -> Tensor:
         """The careful path, for logits holding -inf (impossible classes) or NaN (at ignored positions)."""
         # Ignored positions get logits 0: a fully masked row there (softmax NaN) must not reach the gradients.
-        logits = logits.masked_fill(~keep.unsqueeze(-1), 0.0)  # (..., V)
-        log_probs = F.log_softmax(logits, dim=-1)  # (..., V): log p_k
-        possible = log_probs != -math.inf  # (..., V): False where the logit is -inf (p_k = 0)
-        log_probs_possible = log_probs.masked_fill(~possible, 0.0)  # (..., V): impossible classes get q_k = 0
+        logits = logits.masked_fill(~keep.unsqueeze(-1), 0.0)  # (..., vocab_size)
+        log_probs = F.log_softmax(logits, dim=-1)  # (..., vocab_size): log p_k
+        possible = log_probs != -math.inf  # (..., vocab_size): False where the logit is -inf (p_k = 0)
+        log_probs_possible = log_probs.masked_fill(~possible, 0.0)  # (..., vocab_size): impossible classes get q_k = 0
         num_classes = possible.sum(dim=-1).to(logits.dtype)  # (...): K, the classes that can be predicted
         nll = -log_probs.gather(-1, target.unsqueeze(-1)).squeeze(-1)  # (...): -log p_y
         total = -log_probs_possible.sum(dim=-1)  # (...): sum over possible k of -log p_k
@@ -202,7 +202,7 @@ def train_step(
     model.train()
     batch = batch.to(device)
     with autocast(device, amp_dtype):
-        logits = model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)  # (B, T_tgt, V)
+        logits = model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)  # (B, T_tgt, vocab_size)
         loss = loss_fn(logits, batch.tgt_out)  # scalar
     optimizer.zero_grad(set_to_none=True)
     if scaler is not None:  # float16: scale the loss so that small gradients do not underflow
