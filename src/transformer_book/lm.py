@@ -21,7 +21,7 @@ from .attention import scaled_dot_product_attention
 from .data import PAD_ID
 from .masking import causal_mask, check_token_ids, padding_mask
 from .model import LAYER_NORM_EPS, EncoderLayer, FeedForward, LayerNorm
-from .multihead import KVCache, MultiHeadAttention
+from .multihead import KVCache, MultiHeadAttention, _check_inputs, _check_mask
 from .positional import PE_BASE, PositionalEncoding, apply_rotary
 
 IGNORE_INDEX = -100  # the label of positions without a loss: F.cross_entropy's default ignore_index
@@ -297,7 +297,7 @@ class RotaryMultiHeadAttention(MultiHeadAttention):
         cache: KVCache | None = None,
     ) -> Tensor | tuple[Tensor, Tensor]:
         """Self-attention of x (B, T, D) (query, key and value of one sequence) -> (B, T, D), as MultiHeadAttention."""
-        self._check_inputs(query, key, value)
+        _check_inputs(self, query, key, value)  # chapter 3's checks
         if query.size(1) != key.size(1) or (cache is not None and cache.static):
             raise ValueError("rotary attention here is self-attention: query and key must be one sequence "
                              f"(got lengths {query.size(1)} and {key.size(1)}), and the cache not static")
@@ -310,7 +310,7 @@ class RotaryMultiHeadAttention(MultiHeadAttention):
             k = torch.cat([cache.key, k], dim=2)  # (B, H, T_seen + T, D_h)
             v = torch.cat([cache.value, v], dim=2)
         if mask is not None:
-            self._check_mask(mask, q, k)
+            _check_mask(self, mask, q, k)
         if cache is not None:
             cache.key, cache.value = k, v
         if need_weights:
