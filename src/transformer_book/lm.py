@@ -132,7 +132,7 @@ class StackConfig:
 
 # %% ../../chapters/11_one_stack.ipynb #7b3e3072
 class TransformerStack(nn.Module):
-    """Token ids (B, T) -> logits (B, T, V) through num_layers StackLayers: GPT (causal) or BERT (not causal).
+    """Token ids (B, T) -> logits (B, T, vocab_size) through num_layers StackLayers: GPT (causal) or BERT (not causal).
 
     The output layer shares the embedding matrix, as in chapter 6. segments (B, T), ids 0 .. num_segments - 1,
     add BERT's sentence embeddings; cache (from new_cache(), causal models only) lets generation feed one new
@@ -168,8 +168,8 @@ class TransformerStack(nn.Module):
         return [KVCache() for _ in self.layers]
 
     def forward(self, tokens: Tensor, segments: Tensor | None = None, cache: list[KVCache] | None = None) -> Tensor:
-        """tokens (B, T) -> logits (B, T, V): the output layer applied to hidden_states."""
-        return self.generator(self.hidden_states(tokens, segments, cache))  # (B, T, V)
+        """tokens (B, T) -> logits (B, T, vocab_size): the output layer applied to hidden_states."""
+        return self.generator(self.hidden_states(tokens, segments, cache))  # (B, T, vocab_size)
 
     def hidden_states(
         self, tokens: Tensor, segments: Tensor | None = None, cache: list[KVCache] | None = None
@@ -419,11 +419,11 @@ def clip_grad_norm(parameters: Iterable[Tensor], max_norm: float) -> Tensor:
 
 # %% ../../chapters/11_one_stack.ipynb #058af52b
 def top_k_filter(logits: Tensor, k: int) -> Tensor:
-    """Keep the k largest logits of each row and set the others to -inf: (..., V) -> (..., V)."""
+    """Keep the k largest logits of each row and set the others to -inf: (..., vocab_size) -> (..., vocab_size)."""
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError(f"top_k must be a positive int, the number of tokens kept; got {k!r}")
     index = logits.topk(min(k, logits.size(-1)), dim=-1).indices  # (..., k): ties broken by position
-    keep = torch.zeros_like(logits, dtype=torch.bool).scatter_(-1, index, True)  # (..., V)
+    keep = torch.zeros_like(logits, dtype=torch.bool).scatter_(-1, index, True)  # (..., vocab_size)
     return logits.masked_fill(~keep, float("-inf"))
 
 
@@ -435,15 +435,15 @@ def _check_top_p(p: float) -> None:
 def top_p_filter(logits: Tensor, p: float) -> Tensor:
     """Nucleus filter: keep the smallest set of most likely tokens with probability mass >= p, per row.
 
-    logits (..., V) -> (..., V), the tokens left out set to -inf. p in (0, 1]; p = 1 keeps every token.
+    logits (..., vocab_size) -> (..., vocab_size), the tokens left out set to -inf. p in (0, 1]; p = 1 keeps every token.
     """
     _check_top_p(p)
     if p == 1.0:
         return logits
-    probs, order = logits.softmax(dim=-1).sort(dim=-1, descending=True)  # (..., V) each
-    mass_before = probs.cumsum(dim=-1) - probs  # (..., V): mass of the more likely tokens
+    probs, order = logits.softmax(dim=-1).sort(dim=-1, descending=True)  # (..., vocab_size) each
+    mass_before = probs.cumsum(dim=-1) - probs  # (..., vocab_size): mass of the more likely tokens
     keep_sorted = mass_before < p  # a token is needed while the tokens before it hold less than p
-    keep = torch.zeros_like(keep_sorted).scatter_(-1, order, keep_sorted)  # (..., V), back in vocabulary order
+    keep = torch.zeros_like(keep_sorted).scatter_(-1, order, keep_sorted)  # (..., vocab_size), back in vocabulary order
     return logits.masked_fill(~keep, float("-inf"))
 
 
@@ -451,21 +451,21 @@ def sample_next(
     logits: Tensor, temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
     generator: torch.Generator | None = None,
 ) -> Tensor:
-    """Draw one token per row of logits (B, V) -> (B,) long from softmax(logits / temperature).
+    """Draw one token per row of logits (B, vocab_size) -> (B,) long from softmax(logits / temperature).
 
     top_k and top_p filter the distribution first (after the temperature); temperature=0 is greedy decoding.
     """
     if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or temperature < 0:
         raise ValueError(f"temperature must be a number >= 0 (0: greedy); got {temperature!r}")
     if logits.dim() != 2:
-        raise ValueError(f"logits must have shape (B, V); got {tuple(logits.shape)}")
+        raise ValueError(f"logits must have shape (B, vocab_size); got {tuple(logits.shape)}")
     if top_k is not None:
         logits = top_k_filter(logits, top_k)
     if top_p is not None:
         _check_top_p(top_p)  # now, so that a bad value fails even when the temperature is 0
     if temperature == 0:
         return logits.argmax(dim=-1)  # (B,)
-    logits = logits / temperature  # (B, V): z / tau
+    logits = logits / temperature  # (B, vocab_size): z / tau
     if top_p is not None:
         logits = top_p_filter(logits, top_p)
     return torch.multinomial(logits.softmax(dim=-1), 1, generator=generator).squeeze(-1)  # (B,)
@@ -499,7 +499,7 @@ def generate(
         step_input = prompt  # the first step reads the whole prompt
         finished = torch.zeros(prompt.size(0), dtype=torch.bool, device=prompt.device)  # (B,)
         for _ in range(max_new_tokens):
-            logits = model(step_input, cache=cache)[:, -1]  # (B, V): the next token's logits
+            logits = model(step_input, cache=cache)[:, -1]  # (B, vocab_size): the next token's logits
             next_token = sample_next(logits, temperature, top_k, top_p, generator)  # (B,)
             next_token = next_token.masked_fill(finished, model.config.pad_id)
             tokens = torch.cat([tokens, next_token[:, None]], dim=1)  # (B, t + 1)
