@@ -13,7 +13,9 @@ from torch import Tensor, nn
 
 from .attention import _check_inputs, check_mask, scaled_dot_product_attention
 from .masking import causal_mask
-from .multihead import KVCache
+from .multihead import KVCache, _check_sizes
+from .multihead import _check_inputs as _check_layer_inputs
+from .multihead import _check_mask as _check_layer_mask
 
 # %% auto #0
 __all__ = ['blockwise_attention', 'window_mask', 'sliding_window_attention', 'elu_feature_map', 'linear_attention',
@@ -209,18 +211,14 @@ class GroupedQueryAttention(nn.Module):
         self, d_model: int, num_heads: int, num_kv_heads: int, dropout: float = 0.0, bias: bool = True
     ):
         super().__init__()
-        d_model, num_heads = _positive_int("d_model", d_model), _positive_int("num_heads", num_heads)
+        _check_sizes(d_model, num_heads, dropout)  # chapter 3's checks: the same sizes as MultiHeadAttention
         num_kv_heads = _positive_int("num_kv_heads", num_kv_heads)
-        if d_model % num_heads != 0:
-            raise ValueError(f"d_model ({d_model}) must be divisible by num_heads ({num_heads})")
         if num_heads % num_kv_heads != 0:
             raise ValueError(
                 f"num_heads ({num_heads}) must be divisible by num_kv_heads ({num_kv_heads}) so that every "
                 f"key/value head serves a whole group of query heads; try num_kv_heads in "
                 f"{[g for g in range(1, num_heads + 1) if num_heads % g == 0]}"
             )
-        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be a probability in [0, 1); got {dropout!r}")
         self.d_model, self.num_heads, self.num_kv_heads = d_model, num_heads, num_kv_heads
         self.d_head, self.groups = d_model // num_heads, num_heads // num_kv_heads
         self.dropout_p = dropout
@@ -248,11 +246,7 @@ class GroupedQueryAttention(nn.Module):
         mask: boolean, True = may attend, broadcastable to (B, H, L_q, L_k). need_weights=True also returns
         the weights (B, H, L_q, L_k). cache: chapter 3's KVCache, holding (B, H_kv, T_seen, D_h).
         """
-        for name, x in (("query", query), ("key", key), ("value", value)):
-            if x.dim() != 3 or x.size(-1) != self.d_model:
-                raise ValueError(
-                    f"{name} must have shape (B, T, d_model={self.d_model}); got {tuple(x.shape)}"
-                )
+        _check_layer_inputs(self, query, key, value)  # chapter 3's check of the shapes
         q = self.split_heads(self.q_proj(query), self.num_heads)  # (B, H, L_q, D_h)
         if cache is not None and cache.static and cache.key is not None:
             k, v = cache.key, cache.value  # (B, H_kv, L_k, D_h), projected at the first step
@@ -263,10 +257,7 @@ class GroupedQueryAttention(nn.Module):
                 k = torch.cat([cache.key, k], dim=2)  # (B, H_kv, L_seen + L_new, D_h)
                 v = torch.cat([cache.value, v], dim=2)
         if mask is not None:
-            scores_shape = torch.Size((q.size(0), self.num_heads, q.size(2), k.size(2)))  # (B, H, L_q, L_k)
-            check_mask(
-                mask, scores_shape, "(L_q, L_k), (B, 1, 1, L_k) or (B, 1, L_q, L_k), for (B, H, L_q, L_k)"
-            )
+            _check_layer_mask(self, mask, q, k)  # chapter 3's check against (B, H, L_q, L_k)
         if cache is not None:
             cache.key, cache.value = k, v  # H_kv heads only: the saving
         if need_weights:
