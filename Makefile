@@ -25,10 +25,11 @@ CHAPTERS := $(sort $(wildcard chapters/*.ipynb))
 LINT_PATHS := $(wildcard src tests tools bench) $(CHAPTERS)
 # nbval runs chapter 10 with its tiny preset; `make test TEST_PRESET=cpu` overrides it.
 TEST_PRESET ?= smoke
-# nbval runs this many chapters at once (pytest-xdist, a whole notebook per worker); 1 runs them one by one.
+# nbval runs this many chapters at once (pytest-xdist, a whole notebook per worker), and pytest this many tests;
+# TEST_WORKERS=1 runs them one by one.
 # OMP_WAIT_POLICY=PASSIVE: an idle OpenMP thread sleeps instead of spinning, so a chapter using two threads does
 # not take the other worker's core (measured: nbval 477 s with spinning threads, 332 s without; 660 s one by one).
-NBVAL_WORKERS ?= 2
+TEST_WORKERS ?= 2
 PRESET ?=
 NB ?=
 
@@ -86,7 +87,8 @@ actionlint: setup
 	$(BIN)/actionlint -no-color
 
 pytest: setup
-	$(BIN)/python -m pytest tests/ -p no:cacheprovider
+	OMP_WAIT_POLICY=PASSIVE $(BIN)/python -m pytest tests/ -p no:cacheprovider \
+	  $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS))
 
 nbval: setup
 ifeq ($(CHAPTERS),)
@@ -94,7 +96,7 @@ ifeq ($(CHAPTERS),)
 else
 	TRANSFORMER_BOOK_PRESET=$(TEST_PRESET) OMP_WAIT_POLICY=PASSIVE $(BIN)/python -m pytest --nbval $(CHAPTERS) \
 	  --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider --durations=10 \
-	  $(if $(filter-out 1,$(NBVAL_WORKERS)),-n $(NBVAL_WORKERS) --dist loadfile)
+	  $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
 endif
 
 # The browser test of the built book alone (run `make book` first, or use `make test`).
