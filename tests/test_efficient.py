@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from torch.testing import assert_close
 
 from transformer_book.attention import scaled_dot_product_attention
+from transformer_book.data import PAD_ID
 from transformer_book.efficient import (
     GroupedQueryAttention,
     blockwise_attention,
@@ -19,6 +20,7 @@ from transformer_book.efficient import (
     sliding_window_attention,
     window_mask,
 )
+from transformer_book.lm import StackConfig, TransformerStack
 from transformer_book.masking import causal_mask
 from transformer_book.multihead import KVCache, MultiHeadAttention
 
@@ -259,6 +261,22 @@ def test_gqa_with_as_many_kv_heads_is_multi_head_attention_with_the_same_weights
     ref_out, ref_weights = mha(x, x, x, causal_mask(7), need_weights=True)
     assert_close(out, ref_out)
     assert_close(weights, ref_weights)
+
+
+def test_gqa_in_chapter_11_stack_with_as_many_kv_heads_is_the_stack():
+    """Chapter 12 swaps GQA into TransformerStack; with h_kv = h and the same weights nothing may change."""
+    torch.manual_seed(0)
+    config = StackConfig(vocab_size=40, d_model=24, num_heads=6, num_layers=2, d_ff=48, dropout=0.0, norm_first=True)
+    stack = TransformerStack(config).double().eval()
+    swapped = TransformerStack(config).double().eval()
+    swapped.load_state_dict(stack.state_dict())
+    for layer in swapped.layers:
+        gqa = GroupedQueryAttention(24, 6, 6).double()
+        gqa.load_state_dict(layer.self_attn.state_dict())
+        layer.self_attn = gqa
+    tokens = torch.randint(4, 40, (3, 9))
+    tokens[0, 6:] = PAD_ID  # right padding: the padding mask must reach GQA as it reaches MultiHeadAttention
+    assert_close(swapped(tokens), stack(tokens))
 
 
 @HYPOTHESIS
