@@ -6,6 +6,7 @@ the first cell).
 from __future__ import annotations
 
 import sys
+from importlib import import_module
 from pathlib import Path
 
 import nbformat
@@ -74,6 +75,17 @@ def test_init_lists_only_existing_modules(tmp_path):
     (package / "attention.py").write_text("__all__ = ['something_else']\n", encoding="utf-8")
     with pytest.raises(export.ExportError, match="does not export scaled_dot_product_attention"):
         export.render_init(package, "9.9.9")
+
+
+def test_init_wraps_an_import_longer_than_a_line_and_every_main_name_imports():
+    init = (REPO_ROOT / "src" / "transformer_book" / "__init__.py").read_text(encoding="utf-8")
+    assert max(len(line) for line in init.splitlines()) <= export.LINE_LENGTH
+    assert "    from .efficient import (\n        GroupedQueryAttention,\n" in init  # too long for one line
+    import transformer_book
+
+    for module, names in export.MAIN_NAMES.items():
+        for name in names:
+            assert getattr(transformer_book, name) is getattr(import_module(f"transformer_book.{module}"), name)
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=NB_IDS)

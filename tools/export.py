@@ -31,6 +31,8 @@ OTHER_MODULE = re.compile(r"^#\|\s*exports?\s+([A-Za-z_]\w*)\s*$", re.MULTILINE)
 # Files under src/transformer_book/ that are not part of the comparison.
 IGNORED = {"__pycache__"}
 
+LINE_LENGTH = 110  # ruff's line-length in pyproject.toml: the generated __init__.py is linted like the rest
+
 # The main names each module hands on to `import transformer_book`. Modules that do not exist yet
 # (their chapter is not written) are left out; a listed name missing from an existing module is an error.
 MAIN_NAMES: dict[str, list[str]] = {
@@ -51,6 +53,7 @@ MAIN_NAMES: dict[str, list[str]] = {
     "efficient": [
         "blockwise_attention",
         "sliding_window_attention",
+        "linear_attention",
         "GroupedQueryAttention",
     ],
     "lm": ["TransformerStack", "StackConfig", "generate"],
@@ -147,12 +150,15 @@ def render_init(package_dir: Path, version: str) -> str:
                 f"{PACKAGE}.{module} does not export {', '.join(missing)} (its __all__ has "
                 f"{sorted(available)}); rename them in the chapter, or update MAIN_NAMES in tools/export.py"
             )
-        imports[module] = f"from .{module} import {', '.join(sorted(wanted))}"
+        line = f"    from .{module} import {', '.join(sorted(wanted))}"  # indented: it sits under `if TYPE_CHECKING:`
+        if len(line) > LINE_LENGTH:  # one name per line, as ruff formats an import too long for one line
+            line = f"    from .{module} import (\n" + "".join(f"        {n},\n" for n in sorted(wanted)) + "    )"
+        imports[module] = line
         names += wanted
     # Imports sorted by module (as ruff's isort rule wants); names in the order of the chapters.
     all_names = "\n".join(f'    "{name}",' for name in ["__version__", *names])
     module_of = "\n".join(f'    "{name}": "{module}",' for module in imports for name in MAIN_NAMES[module])
-    import_block = "\n".join(f"    {imports[m]}" for m in sorted(imports)) if imports else "    pass"
+    import_block = "\n".join(imports[m] for m in sorted(imports)) if imports else "    pass"
     return INIT_TEMPLATE.format(version=version, module_of=module_of, imports=import_block, all_names=all_names)
 
 

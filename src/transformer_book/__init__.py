@@ -44,6 +44,7 @@ _MODULE_OF = {
     "to_torch_transformer": "interop",
     "blockwise_attention": "efficient",
     "sliding_window_attention": "efficient",
+    "linear_attention": "efficient",
     "GroupedQueryAttention": "efficient",
     "TransformerStack": "lm",
     "StackConfig": "lm",
@@ -54,7 +55,12 @@ if TYPE_CHECKING:  # editors and type checkers see the names without running __g
     from .attention import scaled_dot_product_attention
     from .data import download_multi30k, load_multi30k
     from .decoding import beam_search, greedy_decode
-    from .efficient import GroupedQueryAttention, blockwise_attention, sliding_window_attention
+    from .efficient import (
+        GroupedQueryAttention,
+        blockwise_attention,
+        linear_attention,
+        sliding_window_attention,
+    )
     from .interop import to_torch_transformer
     from .lm import StackConfig, TransformerStack, generate
     from .masking import Batch, causal_mask, padding_mask
@@ -115,6 +121,7 @@ __all__ = [
     "to_torch_transformer",
     "blockwise_attention",
     "sliding_window_attention",
+    "linear_attention",
     "GroupedQueryAttention",
     "TransformerStack",
     "StackConfig",
