@@ -11,10 +11,17 @@ Printed: target tokens per second of each and their ratio; the float32 rate of o
 at the same number of threads, the floating-point operations of one training step (counted by FlopCounterMode:
 the matrix products of the forward and backward passes), and the share of that matrix-product rate each model
 reaches; the loss alone, ours against PyTorch's, on the same logits. Then bfloat16 autocast, on CPUs that have
-bfloat16 instructions. Run: .venv/bin/python bench/throughput.py [--threads 1] [--steps 20]
+bfloat16 instructions. With --busy, another process keeps one core busy with a loop of Python arithmetic
+while the steps are timed, as a browser or a Jupyter server does on a reader's laptop. Run:
+.venv/bin/python bench/throughput.py [--threads 1] [--steps 20] [--busy]
+
+OpenMP reads OMP_WAIT_POLICY when PyTorch loads, so it is set for the whole command:
+OMP_WAIT_POLICY=PASSIVE .venv/bin/python bench/throughput.py --busy
 """
 import argparse
 import math
+import multiprocessing
+import os
 import time
 import warnings
 
@@ -107,6 +114,13 @@ def matmul_gflops(dtype: torch.dtype, size: int = MATMUL_SIZE, repeats: int = 20
     return 2 * size**3 / best / 1e9
 
 
+def spin_forever() -> None:
+    """Keep one core busy (the --busy load): plain Python arithmetic, no threads, no memory traffic."""
+    x = 0
+    while True:
+        x = (x * 31 + 7) % 1_000_003
+
+
 def median(values: list[float]) -> float:
     return sorted(values)[len(values) // 2]
 
@@ -117,7 +131,14 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=150)
     parser.add_argument("--length", type=int, default=20)
     parser.add_argument("--threads", type=int, default=None, help="default: PyTorch's (one per core)")
+    parser.add_argument("--busy", action="store_true", help="time the steps beside a process that keeps a core busy")
+    parser.add_argument("--float32-only", action="store_true",
+                        help="skip bfloat16, as on a CPU without bfloat16 instructions (with ATEN_CPU_CAPABILITY=avx2 "
+                             "ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2 this CPU stands in for an AVX2 one)")
     args = parser.parse_args()
+    if args.busy:
+        load = multiprocessing.get_context("spawn").Process(target=spin_forever, daemon=True)
+        load.start()
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -132,11 +153,14 @@ def main() -> None:
     matmul = matmul_gflops(torch.float32)
     print(f"cpu preset sizes (vocabulary {preset.vocab_size}, d_model {preset.d_model}, {preset.num_layers}+"
           f"{preset.num_layers} pre-norm layers, d_ff {preset.d_ff}); batch {args.batch} x {args.length} target "
-          f"tokens; {torch.get_num_threads()} threads; Adam at constant lr {BENCH_LR}; {args.steps} timed steps each")
+          f"tokens; {torch.get_num_threads()} threads, OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}, "
+          f"{'beside a busy core' if args.busy else 'nothing else running'}; Adam at constant lr {BENCH_LR}; {args.steps} timed steps each")
     print(f"float32 {MATMUL_SIZE}x{MATMUL_SIZE} matrix product: {matmul:.0f} GFLOP/s; one training step: "
           f"{flops / 1e9:.1f} GFLOP ({flops / batch.num_tokens / 1e6:.0f} MFLOP per target token)")
     amp_dtypes: list[torch.dtype | None] = [None]
-    if cpu_has_bfloat16():
+    if args.float32_only:
+        print("bfloat16 autocast skipped (--float32-only)")
+    elif cpu_has_bfloat16():
         amp_dtypes.append(torch.bfloat16)
     else:  # emulated bfloat16 is ~80x slower than float32 (chapter 10): timing it would take hours
         print("bfloat16 autocast skipped: this CPU has no bfloat16 instructions (AVX-512 BF16 or AMX)")

@@ -175,3 +175,35 @@ def test_template_tool_reports_a_changed_cell(tmp_path, monkeypatch):
     assert bootstrap.main(["--check"]) == 1
     assert bootstrap.main([]) == 0
     assert bootstrap.main(["--check"]) == 0
+
+
+def _first_cell_namespace(monkeypatch) -> dict:
+    """The names the first cell defines, run here with the package importable and myst_nb's glue recorded."""
+    recorded: dict = {}
+    fake_myst_nb = type(sys)("myst_nb")
+    fake_myst_nb.glue = lambda name, value, display=True: recorded.__setitem__(name, value)
+    monkeypatch.setitem(sys.modules, "myst_nb", fake_myst_nb)
+    namespace: dict = {}
+    exec(CELL, namespace)
+    namespace["recorded"] = recorded
+    return namespace
+
+
+@pytest.mark.parametrize(
+    ("value", "fmt", "kept"),
+    [(0.9493332505226135, ".1%", 0.949), (1.2035442088598823e-06, ".2g", 1.2e-06), (2920.4193, ",.0f", 2920),
+     (0.7751265442133224, ".3f", 0.775), (41.538613463555606, ".1f", 41.5), (3e-7, ".0e", 3e-7)],
+)
+def test_glue_keeps_a_float_at_the_precision_the_page_shows(monkeypatch, value, fmt, kept):
+    cell = _first_cell_namespace(monkeypatch)
+    cell["glue"]("x", value, fmt)
+    assert cell["recorded"]["x"] == kept and format(cell["recorded"]["x"], fmt) == format(value, fmt)
+
+
+def test_glue_refuses_a_float_without_the_page_format(monkeypatch):
+    cell = _first_cell_namespace(monkeypatch)
+    with pytest.raises(TypeError, match="format the page shows"):
+        cell["glue"]("x", 0.5)
+    cell["glue"]("n", 12)  # whole numbers and text are exact: no format needed
+    cell["glue"]("s", "text")
+    assert cell["recorded"] == {"n": 12, "s": "text"}

@@ -34,6 +34,7 @@ TEMPLATE = string.Template('''\
 # Set-up, the same first cell in every chapter. On Colab it installs this book's package at the book's
 # version; anywhere, it stops here with advice when Python cannot import that version.
 import importlib
+import numbers
 import subprocess
 import sys
 
@@ -75,6 +76,39 @@ if (_found := _imported_book_version()) != BOOK_VERSION:
     )
     _pip_said = f"\\npip said:\\n{_pip_errors[-2000:]}" if _pip_errors else ""
     raise ImportError(f"This chapter needs transformer_book {BOOK_VERSION}: {_problem}. {_fix}{_pip_said}")
+
+# `glue` hands a number computed in a cell to the book's build, which writes it into the page's text.
+# Colab and plain Jupyter have no build (the cells print the same numbers), so there it does nothing.
+try:
+    from myst_nb import glue as _glue_into_page
+except ImportError:
+    _glue_into_page = None
+
+
+def _as_shown(value: float, fmt: str) -> float | int:
+    """`value` rounded to what the format `fmt` (".3f", ".1%", ".2g", ",.0f", ...) shows of it."""
+    spec = fmt.replace(",", "").replace("_", "")
+    digits = int(spec.split(".")[1][:-1]) if "." in spec else 6
+    if spec.endswith("f"):
+        return round(value, digits) if digits else round(value)  # ".0f": a whole number
+    if spec.endswith("%"):
+        return round(value, digits + 2)
+    if spec[-1:] in ("e", "E", "g", "G"):
+        return float(format(value, spec))
+    raise ValueError(f"glue: cannot round a number to the format {fmt!r}; use one ending in f, %, e or g")
+
+
+def glue(name: str, value, fmt: str = "") -> None:
+    """Keep `value` for the page's text under `name`; a float is kept at the precision `fmt` shows.
+
+    Digits beyond that precision change with the CPU and the thread count, so they are not kept.
+    """
+    if isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral):
+        if not fmt:
+            raise TypeError(f"glue({name!r}, {value!r}): give the format the page shows it with, such as '.3f'")
+        value = _as_shown(float(value), fmt)
+    if _glue_into_page is not None:
+        _glue_into_page(name, value, display=False)
 ''')
 
 

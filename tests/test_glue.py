@@ -1,0 +1,102 @@
+"""The numbers glued into the book's text carry no digit that another CPU could change.
+
+nbval compares every stored output of a chapter as text, glued values included. A float kept at full precision
+differs in its last digits between CPUs (their vector kernels add in other orders) and between thread counts, so
+the same notebook would pass on the machine that made it and fail on a reader's. Each chapter's `glue` (its first
+cell) therefore rounds a float to the format the page shows it with; these tests read the stored outputs and fail
+when a glued float escaped that rounding.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((REPO_ROOT / "chapters").glob("*.ipynb"))
+PAGES = NOTEBOOKS + sorted((REPO_ROOT / "book").glob("*.md"))
+
+# float32 carries about 7 significant decimal digits, and sums taken in another order already change the 7th.
+# A glued float with more than this many significant digits keeps digits that depend on the machine.
+MAX_SIGNIFICANT_DIGITS = 6
+GLUE_MIME = "application/papermill.record/text/plain"
+FLOAT_LITERAL = re.compile(r"-?(\d+\.\d*|\d*\.\d+|\d+)(e[-+]?\d+)?")
+GLUE_REFERENCE = re.compile(r"\{glue:text\}`([^`:]+):([^`]+)`")
+
+
+def glued_values(path: Path) -> dict[str, str]:
+    """Every value the notebook at `path` glued, as its stored text, by name."""
+    values = {}
+    for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
+        for output in cell.get("outputs", []):
+            if GLUE_MIME in output.get("data", {}):
+                values[output["metadata"]["scrapbook"]["name"]] = "".join(output["data"][GLUE_MIME]).strip()
+    return values
+
+
+def page_formats(path: Path) -> dict[str, str]:
+    """The format each `{glue:text}` reference of a page gives its value, by name."""
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".ipynb":
+        cells = json.loads(text)["cells"]
+        text = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    return {name: fmt for name, fmt in GLUE_REFERENCE.findall(text)}
+
+
+def significant_digits(literal: str) -> int:
+    """The digits of a float literal between its first and last non-zero one: 0.00120 has 2, 1.5e-06 has 2."""
+    digits = literal.lstrip("-").split("e")[0].replace(".", "")
+    return len(digits.strip("0"))
+
+
+def as_shown(value: float, fmt: str) -> float:
+    """What the page's format keeps of `value`, rounded as each chapter's `glue` rounds it."""
+    spec = fmt.replace(",", "").replace("_", "")
+    digits = int(spec.split(".")[1][:-1]) if "." in spec else 6
+    if spec.endswith("f"):
+        return round(value, digits)
+    if spec.endswith("%"):
+        return round(value, digits + 2)
+    return float(format(value, spec))
+
+
+def test_significant_digits_counts_what_a_reader_would():
+    assert significant_digits("0.00120") == 2
+    assert significant_digits("1.5e-06") == 2
+    assert significant_digits("4020.0") == 3
+    assert significant_digits("0.9493332505226135") == 16
+    assert significant_digits("1.2035442088598823e-06") == 17
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_glued_floats_are_rounded(path):
+    too_precise = {
+        name: value for name, value in glued_values(path).items()
+        if FLOAT_LITERAL.fullmatch(value) and ("." in value or "e" in value)
+        and significant_digits(value) > MAX_SIGNIFICANT_DIGITS
+    }
+    assert not too_precise, (
+        f"{path.name} glued floats with more than {MAX_SIGNIFICANT_DIGITS} significant digits, which change from "
+        f"one CPU to another: {too_precise}. Glue them with the format the page shows, glue(name, value, '.3f'), "
+        f"and re-run the chapter (make execute NB=chapters/{path.name})."
+    )
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_glued_floats_keep_only_the_digits_the_page_shows(path):
+    formats: dict[str, str] = {}
+    for page in PAGES:
+        formats.update(page_formats(page))
+    extra = {}
+    for name, value in glued_values(path).items():
+        if name not in formats or not FLOAT_LITERAL.fullmatch(value) or formats[name][-1:] in ("d", ","):
+            continue
+        if float(value) != as_shown(float(value), formats[name]):
+            extra[name] = (value, formats[name])
+    assert not extra, (
+        f"{path.name} glued floats with more digits than the page's format shows (value, format): {extra}. "
+        f"Glue each with that format, glue(name, value, fmt), and re-run the chapter."
+    )
