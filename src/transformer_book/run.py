@@ -239,6 +239,11 @@ def train(
             tokens_counted = state.tokens_seen
             if over_time or (max_steps is not None and state.step >= max_steps):
                 info["stopped"] = "time limit" if over_time else f"max_steps={max_steps}"
+                if over_time:
+                    log(f"stopped by the safety limit of {preset.time_limit_minutes:g} minutes of training at update "
+                        f"{state.step}, in epoch {state.epoch + 1} of {preset.epochs}: at "
+                        f"{state.tokens_seen / state.train_seconds:,.0f} target tokens a second this machine is too "
+                        f"slow for the whole budget, so the model is less trained and its BLEU lower than the book's")
                 checkpoint("last", copy_now=True)
                 return True
             if state.step % 200 == 0:
