@@ -9,13 +9,18 @@ when a glued float escaped that rounding.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
+import sys
 from pathlib import Path
 
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_ROOT / "tools"))
+import bootstrap  # noqa: E402  (tools/bootstrap.py: the first cell of every chapter)
+
 NOTEBOOKS = sorted((REPO_ROOT / "chapters").glob("*.ipynb"))
 PAGES = NOTEBOOKS + sorted((REPO_ROOT / "book").glob("*.md"))
 
@@ -52,15 +57,17 @@ def significant_digits(literal: str) -> int:
     return len(digits.strip("0"))
 
 
-def as_shown(value: float, fmt: str) -> float:
-    """What the page's format keeps of `value`, rounded as each chapter's `glue` rounds it."""
-    spec = fmt.replace(",", "").replace("_", "")
-    digits = int(spec.split(".")[1][:-1]) if "." in spec else 6
-    if spec.endswith("f"):
-        return round(value, digits)
-    if spec.endswith("%"):
-        return round(value, digits + 2)
-    return float(format(value, spec))
+@functools.cache
+def first_cell() -> dict:
+    """The names that every chapter's first cell defines (it is run here once)."""
+    names: dict = {}
+    exec(bootstrap.render(bootstrap.read_version(), bootstrap.read_repository()), names)
+    return names
+
+
+def as_shown(value: float, fmt: str) -> float | int:
+    """What the page's format keeps of `value`: the rounding of `glue` in every chapter's first cell."""
+    return first_cell()["_as_shown"](value, fmt)
 
 
 def test_significant_digits_counts_what_a_reader_would():
