@@ -35,8 +35,13 @@ TEMPLATE = string.Template('''\
 # version; anywhere, it stops here with advice when Python cannot import that version.
 import importlib
 import numbers
+import os
 import subprocess
 import sys
+
+# PyTorch's idle threads sleep instead of spinning, so that a busy core (a browser, the notebook's own server)
+# slows training less (chapter 10). OpenMP reads this when PyTorch loads: it must come first. Yours is kept.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 BOOK_VERSION = "$version"
 ON_COLAB = "google.colab" in sys.modules

@@ -6,18 +6,10 @@ The public names below are imported from their modules on first use, so `import 
 instant and reading `__version__` (as every chapter's first cell does) does not load PyTorch.
 """
 
-import os
 from importlib import import_module
 from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
-
-# PyTorch's OpenMP threads spin while they wait for each other. Beside another busy program (a browser, a
-# Jupyter server), a spinning thread takes the core the other thread needs: a float32 training step of chapter
-# 10's cpu preset ran at 45% of its idle speed beside a busy core, and at 61% with waiting threads asleep
-# (bench/throughput.py --busy, 2 threads). OpenMP reads this when PyTorch loads, so it is set here, before any
-# module imports torch; a value the user set is kept.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 # Each public name and the module that defines it.
 _MODULE_OF = {
