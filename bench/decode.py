@@ -1,10 +1,11 @@
-"""Greedy decoding with and without the key/value cache, base configuration, 64 new tokens.
+"""Greedy decoding with and without the key/value cache, and beam search, base configuration, 64 new tokens.
 
 The model has the paper's base sizes (d_model 512, 8 heads, 6 + 6 layers, d_ff 2048) with a vocabulary of
 8000 (chapter 10's joint subword vocabulary; the paper's 37000 would make the output layer a larger share
 of each step), random weights and batch-first sources of 32 tokens. Prints the time of each and the speed-up
-ratio, measured alternately in one process.
-Run: .venv/bin/python bench/decode.py [--repeats 3]
+ratio, measured alternately in one process, then the time of beam search (--beam hypotheses, cached).
+To compare two versions of the package, run the script alternately with PYTHONPATH=<other checkout>/src.
+Run: .venv/bin/python bench/decode.py [--repeats 3] [--beam 4]
 """
 import argparse
 import time
@@ -12,7 +13,7 @@ import time
 import torch
 
 from transformer_book.data import BOS_ID, SPECIAL_TOKENS
-from transformer_book.decoding import greedy_decode
+from transformer_book.decoding import beam_search, greedy_decode
 from transformer_book.model import Transformer, TransformerConfig
 
 VOCAB = 8000  # chapter 10's joint subword vocabulary
@@ -26,6 +27,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--beam", type=int, default=4, help="beam size of the beam-search timing")
     args = parser.parse_args()
     torch.manual_seed(0)
     config = TransformerConfig(VOCAB, VOCAB)  # the paper's base sizes otherwise
@@ -44,6 +46,12 @@ def main() -> None:
           f"tokens, {args.new_tokens} new tokens, best of {args.repeats}")
     print(f"with cache {cached:.2f} s, without {uncached:.2f} s: speed-up {uncached / cached:.1f}x; "
           f"identical tokens: {same}")
+    beam_times = []
+    for _ in range(args.repeats):
+        start = time.perf_counter()
+        beam_search(model, src, args.beam, args.new_tokens, BOS_ID, NEVER)
+        beam_times.append(time.perf_counter() - start)
+    print(f"beam search, {args.beam} hypotheses, cached: {min(beam_times):.2f} s")
 
 
 if __name__ == "__main__":

@@ -179,7 +179,7 @@ def test_lstm_state_must_be_a_pair():
 def test_empty_sequence_and_bad_sizes_are_rejected():
     with pytest.raises(ValueError, match=r"T=0"):
         RecurrentLayer(RNNCell(2, 3))(torch.randn(1, 0, 2))
-    with pytest.raises(ValueError, match=r"hidden_size must be a positive int, got 0"):
+    with pytest.raises(ValueError, match=r"hidden_size must be an int >= 1; got 0"):
         LSTMCell(2, 0)
 
 
@@ -286,7 +286,7 @@ def test_make_recall_batch():
     assert 0 <= int(tokens.min()) and int(tokens.max()) < 11
     again, _ = make_recall_batch(8, 5, 11, torch.Generator().manual_seed(0))
     assert torch.equal(tokens, again), "the same generator seed must give the same batch"
-    with pytest.raises(ValueError, match=r"distance must be a positive int, got 0"):
+    with pytest.raises(ValueError, match=r"distance must be an int >= 1; got 0"):
         make_recall_batch(8, 0, 11)
 
 
@@ -298,7 +298,7 @@ def test_make_shifted_recall_batch():
     assert len(set((query - 3).tolist())) > 1, "the target's absolute position must vary"
     with pytest.raises(ValueError, match=r"seq_len must be larger than distance.*seq_len=4 and distance=4.*seq_len=8"):
         make_shifted_recall_batch(2, 4, 4, 11)
-    with pytest.raises(ValueError, match=r"seq_len must be a positive int, got 0"):
+    with pytest.raises(ValueError, match=r"seq_len must be an int >= 1; got 0"):
         make_shifted_recall_batch(2, 4, 0, 11)
 
 

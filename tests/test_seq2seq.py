@@ -138,8 +138,8 @@ def test_one_vector_model_reads_only_the_last_state():
     ("source", "target_in", "error", "message"),
     [
         (torch.tensor([[3.0, 4.0]]), torch.tensor([[1]]), TypeError, "torch.long"),
-        (torch.tensor([3, 4]), torch.tensor([[1]]), ValueError, "unsqueeze"),
-        (torch.tensor([[3, 12]]), torch.tensor([[1]]), ValueError, "outside 0..9"),
+        (torch.tensor([3, 4]), torch.tensor([[1]]), ValueError, r"source\[None\]"),
+        (torch.tensor([[3, 12]]), torch.tensor([[1]]), ValueError, "ids 0 .. 9"),
         (torch.tensor([[0, 3]]), torch.tensor([[1]]), ValueError, "start with a real token"),
         (torch.tensor([[3, 0, 4]]), torch.tensor([[1]]), ValueError, "padding at the end"),
         (torch.tensor([[3, 4]]), torch.tensor([[1], [1]]), ValueError, "one per source"),

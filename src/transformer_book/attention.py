@@ -9,8 +9,10 @@ import math
 import torch
 from torch import Tensor, nn
 
+from .checks import check_mask
+
 # %% auto #0
-__all__ = ['scaled_dot_product_attention', 'check_mask']
+__all__ = ['scaled_dot_product_attention']
 
 # %% ../../chapters/02_attention.ipynb #e2b081fd
 def scaled_dot_product_attention(
@@ -76,25 +78,4 @@ def _check_inputs(query: Tensor, key: Tensor, value: Tensor, dropout: nn.Module 
             f"dropout must be a module such as nn.Dropout(p) or None; got {type(dropout).__name__} "
             f"{dropout!r} (F.scaled_dot_product_attention takes a probability dropout_p; "
             f"this function takes a module)"
-        )
-
-
-def check_mask(mask: Tensor, scores_shape: torch.Size, shapes_to_use: str = "(..., L_q, L_k) or one with 1s to broadcast") -> None:
-    """Raise TypeError/ValueError unless mask is boolean and broadcasts to the scores (..., L_q, L_k).
-
-    The book's one mask check (chapter 3's attention uses it too); shapes_to_use names the shapes that fit.
-    """
-    if mask.dtype != torch.bool:
-        raise TypeError(
-            f"mask must be a boolean tensor (True = may attend); got dtype {mask.dtype}. "
-            f"Convert it with mask.bool(), or mask == 1 if 1 marks the allowed positions"
-        )
-    try:
-        shape = torch.broadcast_shapes(mask.shape, scores_shape)
-    except RuntimeError:
-        shape = None
-    if shape != scores_shape:
-        raise ValueError(
-            f"mask of shape {tuple(mask.shape)} does not broadcast to the attention scores of shape "
-            f"{tuple(scores_shape)}; give it shape {shapes_to_use}"
         )

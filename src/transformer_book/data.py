@@ -2,15 +2,13 @@
 """Multi30k with checksums, a subword tokenizer, token-budget batches (chapter 9)."""
 
 # %% auto #0
-__all__ = ['PAD_ID', 'BOS_ID', 'EOS_ID', 'UNK_ID', 'SPECIAL_TOKENS', 'MULTI30K_COMMIT', 'MULTI30K_URL', 'MULTI30K_BRANCH_URL',
-           'MULTI30K_FILES', 'SPLITS', 'LANGUAGES', 'DATA_ENV', 'DEFAULT_DATA_ROOT', 'DOWNLOAD_ATTEMPTS',
-           'DEFAULT_POOL_SIZE', 'DataError', 'file_sha256', 'download_multi30k', 'load_multi30k', 'normalize',
-           'train_tokenizer', 'encode', 'decode', 'save_tokenizer', 'load_tokenizer', 'encode_pairs', 'token_buckets',
-           'batch_by_tokens', 'padding_efficiency']
+__all__ = ['MULTI30K_COMMIT', 'MULTI30K_URL', 'MULTI30K_BRANCH_URL', 'MULTI30K_FILES', 'SPLITS', 'LANGUAGES', 'DATA_ENV',
+           'DEFAULT_DATA_ROOT', 'DOWNLOAD_ATTEMPTS', 'DEFAULT_POOL_SIZE', 'DataError', 'download_multi30k',
+           'load_multi30k', 'normalize', 'train_tokenizer', 'encode', 'decode', 'save_tokenizer', 'load_tokenizer',
+           'encode_pairs', 'token_buckets', 'batch_by_tokens', 'padding_efficiency']
 
 # %% ../../chapters/09_translation_data.ipynb #ceab4cee
 import gzip
-import hashlib
 import http.client
 import os
 import random
@@ -28,12 +26,11 @@ from pathlib import Path
 import torch
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
+from .hashing import file_sha256
 from .masking import Batch, make_batch, pad_sequences
+from .tokens import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, UNK_ID  # chapter 2's
 
 # %% ../../chapters/09_translation_data.ipynb #8de2cb09
-PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
-SPECIAL_TOKENS = ["<pad>", "<s>", "</s>", "<unk>"]  # SPECIAL_TOKENS[i] is the token with id i
-
 # One commit of the dataset repository, not its moving `master` branch: the sha256 sums below are of the
 # files at this commit, so a later change upstream cannot break the download.
 MULTI30K_COMMIT = "5853dcc8a900ecfa26c3419dcc5a5e7d4c81657b"
@@ -57,22 +54,12 @@ _DOWNLOAD_TIMEOUT_S = 30  # the longest wait for the server to answer or send th
 _DOWNLOAD_DEADLINE_S = 300  # the longest one file may take in all (the largest, train.de.gz, is 0.7 MB)
 _MIN_RATE_BYTES_S = 2_000  # a transfer slower than this on average, after its first _RATE_GRACE_S, is given up
 _RATE_GRACE_S = 20
-_HASH_CHUNK_BYTES = 1 << 20
 
 # %% ../../chapters/09_translation_data.ipynb #a1d38227
 class DataError(RuntimeError):
     """The Multi30k files are missing or corrupt and could not be fetched; the message says what to do."""
 
 # %% ../../chapters/09_translation_data.ipynb #82428138
-def file_sha256(path: str | Path) -> str:
-    """The SHA-256 of a file in hex, read in chunks: the book's one sha256 helper (chapter 10's checkpoints use it)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(_HASH_CHUNK_BYTES):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _fetch(url: str, dest: Path) -> None:
     """Copy the bytes at url into the file dest: the only code in this module that uses the network.
 

@@ -9,6 +9,8 @@ import math
 import torch
 from torch import Tensor, nn
 
+from .checks import check_int
+
 # %% auto #0
 __all__ = ['LSTM_GATES', 'GRU_GATES', 'RNNCell', 'LSTMCell', 'GRUCell', 'RecurrentLayer', 'load_torch_weights',
            'with_spectral_radius', 'input_gradient_norms', 'make_recall_batch', 'make_shifted_recall_batch']
@@ -19,8 +21,8 @@ class RNNCell(nn.Module):
 
     def __init__(self, input_size: int, hidden_size: int):
         super().__init__()
-        _check_size("input_size", input_size)
-        _check_size("hidden_size", hidden_size)
+        check_int("input_size", input_size)
+        check_int("hidden_size", hidden_size)
         self.input_size, self.hidden_size = input_size, hidden_size
         self.weight_ih = nn.Parameter(torch.empty(hidden_size, input_size))  # W_ih (D_hid, D_in)
         self.weight_hh = nn.Parameter(torch.empty(hidden_size, hidden_size))  # W_hh (D_hid, D_hid)
@@ -43,12 +45,7 @@ class RNNCell(nn.Module):
         return torch.tanh(pre)  # h_t = tanh(W_ih x_t + b_ih + W_hh h_{t-1} + b_hh)
 
 # %% ../../chapters/01_rnn_limits.ipynb #ea478be1
-# Input checks shared by the three cells, and PyTorch's initialisation. Each check names what it saw and the fix.
-def _check_size(name: str, value: int) -> None:
-    if not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-
-
+# Shape checks shared by the three cells, and PyTorch's initialisation. Each check names what it saw and the fix.
 def _check_step_input(x_t: Tensor, input_size: int) -> None:
     if x_t.dim() != 2:
         raise ValueError(
@@ -93,8 +90,8 @@ class LSTMCell(nn.Module):
 
     def __init__(self, input_size: int, hidden_size: int):
         super().__init__()
-        _check_size("input_size", input_size)
-        _check_size("hidden_size", hidden_size)
+        check_int("input_size", input_size)
+        check_int("hidden_size", hidden_size)
         self.input_size, self.hidden_size = input_size, hidden_size
         num_gates = len(LSTM_GATES)
         self.weight_ih = nn.Parameter(torch.empty(num_gates * hidden_size, input_size))  # (4 D_hid, D_in)
@@ -133,8 +130,8 @@ class GRUCell(nn.Module):
 
     def __init__(self, input_size: int, hidden_size: int):
         super().__init__()
-        _check_size("input_size", input_size)
-        _check_size("hidden_size", hidden_size)
+        check_int("input_size", input_size)
+        check_int("hidden_size", hidden_size)
         self.input_size, self.hidden_size = input_size, hidden_size
         num_gates = len(GRU_GATES)
         self.weight_ih = nn.Parameter(torch.empty(num_gates * hidden_size, input_size))  # (3 D_hid, D_in)
@@ -267,7 +264,7 @@ def make_recall_batch(
     Returns tokens (B, distance + 1) and targets (B,), both int64.
     """
     for name, value in (("batch_size", batch_size), ("distance", distance), ("vocab_size", vocab_size)):
-        _check_size(name, value)
+        check_int(name, value)
     tokens = torch.randint(0, vocab_size, (batch_size, distance + 1), generator=generator)  # (B, N + 1)
     return tokens, tokens[:, 0]  # (B, N + 1), (B,)
 
@@ -281,7 +278,7 @@ def make_shifted_recall_batch(
     """
     for name, value in (("batch_size", batch_size), ("distance", distance), ("seq_len", seq_len),
                         ("vocab_size", vocab_size)):
-        _check_size(name, value)
+        check_int(name, value)
     if seq_len <= distance:
         raise ValueError(
             f"seq_len must be larger than distance, so that a query position q >= distance exists; got "

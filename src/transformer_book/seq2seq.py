@@ -2,14 +2,15 @@
 """A recurrent encoder-decoder with or without additive attention over the encoder states (chapter 2)."""
 
 # %% auto #0
-__all__ = ['PAD_ID', 'BOS_ID', 'AdditiveAttention', 'RecurrentSeq2Seq', 'make_copy_batch']
+__all__ = ['AdditiveAttention', 'RecurrentSeq2Seq', 'make_copy_batch']
 
 # %% ../../chapters/02_attention.ipynb #5e2a0c02
 import torch
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-PAD_ID, BOS_ID = 0, 1  # ids with a fixed job: padding after a short source, the decoder's first input
+from .checks import check_token_ids
+from .tokens import BOS_ID, PAD_ID  # padding after a short source, the decoder's first input
 
 # %% ../../chapters/02_attention.ipynb #5e2a0c04
 class AdditiveAttention(nn.Module):
@@ -134,23 +135,9 @@ class RecurrentSeq2Seq(nn.Module):
 # %% ../../chapters/02_attention.ipynb #5e2a0c11
 def _check_tokens(name: str, tokens: Tensor, vocab_size: int, batch_size: int | None = None) -> None:
     """Raise ValueError/TypeError, naming what was seen, unless `tokens` is a (B, T) batch of valid ids."""
-    if not isinstance(tokens, Tensor) or tokens.dtype != torch.long:
-        raise TypeError(
-            f"{name} must be a tensor of token ids (torch.long); got "
-            f"{tokens.dtype if isinstance(tokens, Tensor) else type(tokens).__name__}; convert it with .long()"
-        )
-    if tokens.dim() != 2 or tokens.size(1) == 0:
-        raise ValueError(
-            f"{name} must have shape (B, T) with T >= 1; got {tuple(tokens.shape)}; "
-            f"for a single sequence add a batch axis with .unsqueeze(0)"
-        )
+    check_token_ids(name, tokens, vocab_size)  # (B, T) integer ids in 0 .. vocab_size - 1 (chapter 1)
     if batch_size is not None and tokens.size(0) != batch_size:
         raise ValueError(f"{name} has {tokens.size(0)} rows but the source has {batch_size}; give one per source")
-    if tokens.min() < 0 or tokens.max() >= vocab_size:
-        raise ValueError(
-            f"{name} holds ids from {tokens.min().item()} to {tokens.max().item()}, outside 0..{vocab_size - 1}; "
-            f"build the model with vocab_size > {tokens.max().item()}"
-        )
     if name == "source":
         real = tokens != PAD_ID  # (B, T)
         if not real[:, 0].all():
