@@ -253,7 +253,7 @@ class TreeModel(nn.Module):
     def new_cache(self):
         return [SimpleNamespace(self_attn=PrefixCache())]
 
-    def decode(self, tgt, memory, src_mask=None, tgt_mask=None, cache=None):
+    def decode(self, tgt, memory, src_mask=None, tgt_mask=None, cache=None, check_ids=True):
         new = tgt.size(1)
         if cache is not None:
             prefix = cache[0].self_attn
@@ -465,16 +465,16 @@ def model():
     ("call", "error", "message"),
     [
         (lambda m, s: greedy_decode(m, s[0], 5, BOS_ID, EOS_ID), ValueError, r"shape \(B, T\).*src\[None\]"),
-        (lambda m, s: greedy_decode(m, s[:, :0], 5, BOS_ID, EOS_ID), ValueError, "T_src >= 1"),
+        (lambda m, s: greedy_decode(m, s[:, :0], 5, BOS_ID, EOS_ID), ValueError, "src is empty"),
         (lambda m, s: greedy_decode(m, s.float(), 5, BOS_ID, EOS_ID), TypeError, "integer token ids"),
         (lambda m, s: greedy_decode(m, s.tolist(), 5, BOS_ID, EOS_ID), TypeError, "must be a tensor"),
-        (lambda m, s: greedy_decode(m, s + 12, 5, BOS_ID, EOS_ID), ValueError, "outside the model's source"),
+        (lambda m, s: greedy_decode(m, s + 12, 5, BOS_ID, EOS_ID), ValueError, "src holds token ids from 12"),
         (lambda m, s: greedy_decode(m, s * 0, 5, BOS_ID, EOS_ID), ValueError, "only padding"),
-        (lambda m, s: greedy_decode(m, s, 0, BOS_ID, EOS_ID), ValueError, "max_len must be between 1"),
+        (lambda m, s: greedy_decode(m, s, 0, BOS_ID, EOS_ID), ValueError, "max_len must be an int >= 1"),
         (lambda m, s: greedy_decode(m, s, 25, BOS_ID, EOS_ID), ValueError, "config.max_len = 24"),
         (lambda m, s: greedy_decode(m, s, 5.0, BOS_ID, EOS_ID), TypeError, "max_len must be an int"),
         (lambda m, s: greedy_decode(m, s, 5, 12, EOS_ID), ValueError, "bos_id must be a target token id"),
-        (lambda m, s: greedy_decode(m, s, 5, -1, EOS_ID), ValueError, "bos_id must be a target token id"),
+        (lambda m, s: greedy_decode(m, s, 5, -1, EOS_ID), ValueError, "bos_id must be an int >= 0"),
         (lambda m, s: greedy_decode(m, s, 5, 1.0, EOS_ID), TypeError, "bos_id must be an int"),
         (lambda m, s: beam_search(m, s, 2, 5, torch.tensor(1), EOS_ID), TypeError, "bos_id must be an int"),
         (lambda m, s: greedy_decode(m, s, 5, BOS_ID, 2.0), TypeError, "eos_id must be an int"),
@@ -482,7 +482,7 @@ def model():
         (lambda m, s: beam_search(m, s, 0, 5, BOS_ID, EOS_ID), ValueError, "beam_size must be an int >= 1"),
         (lambda m, s: beam_search(m, s, 2.5, 5, BOS_ID, EOS_ID), TypeError, "beam_size must be an int >= 1"),
         (lambda m, s: beam_search(m, s, True, 5, BOS_ID, EOS_ID), TypeError, "beam_size must be an int >= 1"),
-        (lambda m, s: beam_search(m, s, 2, 0, BOS_ID, EOS_ID), ValueError, "max_len must be between 1"),
+        (lambda m, s: beam_search(m, s, 2, 0, BOS_ID, EOS_ID), ValueError, "max_len must be an int >= 1"),
         (lambda m, s: beam_search(m, s, 2, 5.0, BOS_ID, EOS_ID), TypeError, "max_len must be an int"),
         (lambda m, s: beam_search(m, s, 2, 5, BOS_ID, EOS_ID, length_penalty=-0.5), ValueError, "length_penalty"),
         (lambda m, s: beam_search(m, s, 2, 5, BOS_ID, EOS_ID, length_penalty=math.nan), ValueError, "length_penalty"),
@@ -519,3 +519,29 @@ def test_one_token_id_rule_for_masks_model_and_decoders(model, dtype):
             call()
     model(src.int(), src.int())  # int32 passes everywhere, as nn.Embedding takes it
     greedy_decode(model, src.int(), 5, BOS_ID, EOS_ID)
+
+
+def count_id_checks(monkeypatch) -> list[tuple[int, ...]]:
+    """Record the shape of every tensor whose id range is read back to the host (checks.id_range)."""
+    from transformer_book import checks
+
+    seen, real = [], checks.id_range
+    monkeypatch.setattr(checks, "id_range", lambda tokens: seen.append(tuple(tokens.shape)) or real(tokens))
+    return seen
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_greedy_decoding_checks_the_ids_once_not_at_every_step(monkeypatch, use_cache):
+    seen = count_id_checks(monkeypatch)
+    src = random_src([5, 3], 12, seed=0)  # (2, 5)
+    out = greedy_decode(random_model(0), src, 20, BOS_ID, -1, use_cache=use_cache)  # -1: never stops
+    assert out.shape == (2, 21)  # 20 steps ran
+    assert seen == [(2, 5)], f"the source only, once; got {seen}"
+
+
+def test_beam_search_checks_the_ids_once_not_at_every_step(monkeypatch):
+    seen = count_id_checks(monkeypatch)
+    src = random_src([5, 3], 12, seed=0)
+    out = beam_search(random_model(0), src, 3, 20, BOS_ID, -1)
+    assert out.shape == (2, 21)
+    assert seen == [(2, 5)], f"the source only, once; got {seen}"

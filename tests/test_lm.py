@@ -1,4 +1,4 @@
-"""Tests of transformer_book.lm: the GPT/BERT stack, sampling, BERT's masking and the modern parts (chapter 11)."""
+"""Tests of chapter 11's modules: lm (the GPT/BERT stack), layers, optim, generation and bert."""
 
 import math
 
@@ -10,33 +10,20 @@ from hypothesis import strategies as st
 from torch import nn
 from torch.testing import assert_close
 
-from transformer_book.lm import (
-    IGNORE_INDEX,
-    RECIPES,
-    AdamW,
-    CosineWarmupSchedule,
-    GELUFeedForward,
-    RMSNorm,
-    RotaryMultiHeadAttention,
-    StackConfig,
-    StackLayer,
-    SwiGLU,
-    TransformerStack,
-    bert_input,
-    clip_grad_norm,
-    cosine_rate,
-    gelu,
-    generate,
-    mask_tokens,
-    sample_next,
-    silu,
-    top_k_filter,
-    top_p_filter,
-    weight_decay_groups,
-)
+from transformer_book.bert import bert_input, mask_tokens
+from transformer_book.generation import generate, sample_next, top_k_filter, top_p_filter
+from transformer_book.layers import GELUFeedForward, RMSNorm, RotaryMultiHeadAttention, SwiGLU, gelu, silu
+from transformer_book.lm import IGNORE_INDEX, RECIPES, StackConfig, StackLayer, TransformerStack
 from transformer_book.masking import causal_mask
 from transformer_book.model import EncoderLayer
 from transformer_book.multihead import KVCache, MultiHeadAttention
+from transformer_book.optim import (
+    AdamW,
+    CosineWarmupSchedule,
+    clip_grad_norm,
+    cosine_rate,
+    weight_decay_groups,
+)
 from transformer_book.positional import apply_rotary
 
 VOCAB = 40
@@ -275,7 +262,7 @@ def test_generate_same_tokens_with_and_without_cache(recipe):
 class _PreferredTokens(TransformerStack):
     """A stack whose next-token choice is fixed: token 2 (EOS) after token 6, token 6 after anything else."""
 
-    def forward(self, tokens, segments=None, cache=None):
+    def forward(self, tokens, segments=None, cache=None, check_ids=True):
         logits = torch.zeros(*tokens.shape, VOCAB)
         logits[..., 6] = 1.0
         logits[..., 2] = torch.where(tokens == 6, 2.0, 0.0)
@@ -414,7 +401,7 @@ def test_bad_input_raises_a_clear_error(call, message):
 
 def test_stack_input_errors():
     model = tiny()
-    with pytest.raises(ValueError, match="outside"):
+    with pytest.raises(ValueError, match="tokens holds token ids from"):
         model(torch.tensor([[VOCAB]]))
     with pytest.raises(ValueError, match="segments"):
         model(torch.tensor([[5]]), torch.tensor([[0]]))
@@ -428,3 +415,15 @@ def test_stack_input_errors():
         generate(model, torch.tensor([[5, 0]]), 2)
     with pytest.raises(ValueError, match="causal"):
         generate(tiny(causal=False), torch.tensor([[5]]), 2)
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_generate_checks_the_prompt_once_not_at_every_step(monkeypatch, use_cache):
+    from transformer_book import checks
+
+    seen, real = [], checks.id_range
+    monkeypatch.setattr(checks, "id_range", lambda tokens: seen.append(tuple(tokens.shape)) or real(tokens))
+    prompt = torch.randint(4, VOCAB, (3, 4))
+    out = generate(tiny("2017"), prompt, 20, temperature=0, use_cache=use_cache)
+    assert out.shape == (3, 24)  # 20 steps ran
+    assert seen == [(3, 4)], f"the prompt only, once; got {seen}"

@@ -324,18 +324,18 @@ def test_base_model_parameter_count():
         ({"d_model": 30, "num_heads": 4}, r"d_model \(30\) must be divisible by num_heads \(4\)"),
         ({"d_model": 15, "num_heads": 5}, r"d_model must be even"),
         ({"tgt_vocab_size": 100}, r"src_vocab_size \(37000\) must equal tgt_vocab_size \(100\)"),
-        ({"d_model": 0}, r"d_model must be a positive integer; got 0"),
-        ({"num_heads": 0}, r"num_heads must be a positive integer; got 0"),
-        ({"num_heads": -8}, r"num_heads must be a positive integer; got -8"),
-        ({"num_encoder_layers": 0}, r"num_encoder_layers must be a positive integer; got 0"),
-        ({"num_decoder_layers": -1}, r"num_decoder_layers must be a positive integer; got -1"),
-        ({"d_ff": 0}, r"d_ff must be a positive integer; got 0"),
-        ({"max_len": 0}, r"max_len must be a positive integer; got 0"),
-        ({"src_vocab_size": 0, "tgt_vocab_size": 0}, r"src_vocab_size must be a positive integer; got 0"),
-        ({"dropout": 1.0}, r"dropout must be in \[0, 1\); got 1.0; use 0.0 to switch dropout off"),
+        ({"d_model": 0}, r"d_model must be an int >= 1; got 0"),
+        ({"num_heads": 0}, r"num_heads must be an int >= 1; got 0"),
+        ({"num_heads": -8}, r"num_heads must be an int >= 1; got -8"),
+        ({"num_encoder_layers": 0}, r"num_encoder_layers must be an int >= 1; got 0"),
+        ({"num_decoder_layers": -1}, r"num_decoder_layers must be an int >= 1; got -1"),
+        ({"d_ff": 0}, r"d_ff must be an int >= 1; got 0"),
+        ({"max_len": 0}, r"max_len must be an int >= 1; got 0"),
+        ({"src_vocab_size": 0, "tgt_vocab_size": 0}, r"src_vocab_size must be an int >= 1; got 0"),
+        ({"dropout": 1.0}, r"dropout must be in \[0, 1\); got 1.0 \(0.0 switches it off\)"),
         ({"dropout": -0.1}, r"dropout must be in \[0, 1\); got -0.1"),
         ({"pad_id": 37000}, r"pad_id \(37000\) must be a token id in both vocabularies: .* reserves for padding"),
-        ({"pad_id": -1}, r"pad_id \(-1\) must be a token id"),
+        ({"pad_id": -1}, r"pad_id must be an int >= 0; got -1"),
     ],
 )
 def test_bad_config_is_refused_with_a_clear_message(overrides, message):
@@ -348,7 +348,7 @@ def test_bad_config_is_refused_with_a_clear_message(overrides, message):
     [
         ({"d_model": 512.0}, r"d_model must be an int; got 512.0 of type float"),
         ({"num_heads": True}, r"num_heads must be an int"),
-        ({"dropout": "0.1"}, r"dropout must be a float; got '0.1'"),
+        ({"dropout": "0.1"}, r"dropout must be a float in \[0, 1\); got '0.1'"),
     ],
 )
 def test_config_with_wrong_types_is_refused(overrides, message):
@@ -378,7 +378,7 @@ def model() -> Transformer:
         (torch.ones(2, 5, dtype=torch.bool), TypeError, r"src must hold integer token ids"),
         (torch.ones(5, dtype=torch.long), ValueError, r"src must have shape \(B, T\); got \(5,\)"),
         (torch.ones(2, 5, 1, dtype=torch.long), ValueError, r"src must have shape \(B, T\)"),
-        (torch.ones(2, 0, dtype=torch.long), ValueError, r"src is empty \(length 0\)"),
+        (torch.ones(2, 0, dtype=torch.long), ValueError, r"src is empty, shape \(2, 0\)"),
         (torch.ones(1, 33, dtype=torch.long), ValueError, r"max_len=32"),
     ],
 )
@@ -392,7 +392,7 @@ def test_bad_source_is_refused(model, src, error, message):
     [
         (torch.ones(2, 3), TypeError, r"tgt must hold integer token ids"),
         (torch.ones(2, 3, 4, dtype=torch.long), ValueError, r"tgt must have shape \(B, T\)"),
-        (torch.ones(2, 0, dtype=torch.long), ValueError, r"tgt is empty \(length 0\)"),
+        (torch.ones(2, 0, dtype=torch.long), ValueError, r"tgt is empty, shape \(2, 0\)"),
         (torch.ones(2, 40, dtype=torch.long), ValueError, r"reaches position 40 .* max_len=32"),
     ],
 )

@@ -281,7 +281,7 @@ def test_d_model_not_divisible_by_num_heads():
 
 
 def test_non_positive_sizes():
-    with pytest.raises(ValueError, match=r"positive integers; got d_model=16, num_heads=0"):
+    with pytest.raises(ValueError, match=r"num_heads must be an int >= 1; got 0"):
         MultiHeadAttention(16, 0)
 
 

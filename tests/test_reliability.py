@@ -187,7 +187,7 @@ def test_attention_refuses_mixed_or_integer_dtypes():
 def test_an_empty_batch_is_refused_by_name():
     model = small_model(0, 60)
     empty = torch.zeros(0, 3, dtype=torch.long)
-    with pytest.raises(ValueError, match="src is an empty batch"):
+    with pytest.raises(ValueError, match=r"src is empty, shape \(0, 3\)"):
         model(empty, empty)
 
 

@@ -33,31 +33,10 @@ IGNORED = {"__pycache__"}
 
 LINE_LENGTH = 110  # ruff's line-length in pyproject.toml: the generated __init__.py is linted like the rest
 
-# The main names each module hands on to `import transformer_book`. Modules that do not exist yet
-# (their chapter is not written) are left out; a listed name missing from an existing module is an error.
-MAIN_NAMES: dict[str, list[str]] = {
-    "recurrent": ["RNNCell", "LSTMCell", "GRUCell"],
-    "attention": ["scaled_dot_product_attention"],
-    "seq2seq": ["AdditiveAttention", "RecurrentSeq2Seq"],
-    "multihead": ["MultiHeadAttention"],
-    "positional": ["sinusoidal_encoding", "PositionalEncoding", "LearnedPositionalEmbedding"],
-    "masking": ["padding_mask", "causal_mask", "Batch"],
-    "model": ["Transformer", "TransformerConfig"],
-    "training": ["LabelSmoothingLoss", "WarmupSchedule", "fit"],
-    "decoding": ["greedy_decode", "beam_search"],
-    "data": ["download_multi30k", "load_multi30k"],
-    "translate": ["Translator"],
-    "presets": ["PRESETS", "Preset", "choose_preset", "pick_device"],
-    "run": ["train"],
-    "interop": ["to_torch_transformer"],
-    "efficient": [
-        "blockwise_attention",
-        "sliding_window_attention",
-        "linear_attention",
-        "GroupedQueryAttention",
-    ],
-    "lm": ["TransformerStack", "StackConfig", "generate"],
-}
+# `#| public Name Other` in a code cell declares the names that `import transformer_book` hands on from the
+# module that cell exports to (its `#| export <module>`, or the notebook's `#| default_exp`).
+PUBLIC = re.compile(r"^#\|\s*public\s+(.+?)\s*$", re.MULTILINE)
+DEFAULT_MODULE = re.compile(r"^#\|\s*default_exp\s+([A-Za-z_]\w*)\s*$", re.MULTILINE)
 
 # `python -m transformer_book` runs chapter 10's command line; generated only when that chapter exists.
 MAIN_TEMPLATE = '''"""`python -m transformer_book` and the `transformer-book` command: chapter 10's command line.
@@ -133,15 +112,30 @@ class ExportError(RuntimeError):
 
 def read_version(pyproject: Path) -> str:
     """The `version` of the [project] table of pyproject.toml."""
-    text = pyproject.read_text(encoding="utf-8")
-    try:
-        import tomllib
-    except ModuleNotFoundError:  # Python 3.10
-        match = re.search(r'^\[project\][^\[]*?^version\s*=\s*"([^"]+)"', text, re.MULTILINE | re.DOTALL)
-        if match is None:
-            raise ExportError(f"no version in the [project] table of {pyproject}") from None
-        return match.group(1)
-    return tomllib.loads(text)["project"]["version"]
+    import tomllib
+
+    return tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]["version"]
+
+
+def public_names(chapters_dir: Path) -> dict[str, list[str]]:
+    """The names each module hands on to `import transformer_book`, as the notebooks declare them, in chapter order."""
+    import json
+
+    names: dict[str, list[str]] = {}
+    for notebook in sorted(chapters_dir.glob("*.ipynb")):
+        cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
+        sources = ["".join(cell["source"]) for cell in cells if cell["cell_type"] == "code"]
+        default = next((m.group(1) for s in sources if (m := DEFAULT_MODULE.search(s))), None)
+        for source in sources:
+            declared = [name for line in PUBLIC.findall(source) for name in line.replace(",", " ").split()]
+            if not declared:
+                continue
+            other = OTHER_MODULE.search(source)
+            module = other.group(1) if other else default
+            if module is None:
+                raise ExportError(f"{notebook.name}: a `#| public` cell exports to no module (no `#| default_exp`)")
+            names.setdefault(module, []).extend(n for n in declared if n not in names[module])
+    return names
 
 
 def _exported_names(module_file: Path) -> list[str]:
@@ -150,10 +144,10 @@ def _exported_names(module_file: Path) -> list[str]:
     return re.findall(r"'([^']+)'|\"([^\"]+)\"", match.group(1)) if match else []
 
 
-def render_init(package_dir: Path, version: str) -> str:
-    """The text of __init__.py for the modules present in `package_dir`."""
+def render_init(package_dir: Path, version: str, main_names: dict[str, list[str]]) -> str:
+    """The text of __init__.py for the modules present in `package_dir`; main_names: module -> public names."""
     imports, names = {}, []
-    for module, wanted in MAIN_NAMES.items():
+    for module, wanted in main_names.items():
         module_file = package_dir / f"{module}.py"
         if not module_file.is_file():
             continue
@@ -162,7 +156,7 @@ def render_init(package_dir: Path, version: str) -> str:
         if missing:
             raise ExportError(
                 f"{PACKAGE}.{module} does not export {', '.join(missing)} (its __all__ has "
-                f"{sorted(available)}); rename them in the chapter, or update MAIN_NAMES in tools/export.py"
+                f"{sorted(available)}); rename them in the chapter, or fix its `#| public` line"
             )
         line = f"    from .{module} import {', '.join(sorted(wanted))}"  # indented: it sits under `if TYPE_CHECKING:`
         if len(line) > LINE_LENGTH:  # one name per line, as ruff formats an import too long for one line
@@ -171,7 +165,7 @@ def render_init(package_dir: Path, version: str) -> str:
         names += wanted
     # Imports sorted by module (as ruff's isort rule wants); names in the order of the chapters.
     all_names = "\n".join(f'    "{name}",' for name in ["__version__", *names])
-    module_of = "\n".join(f'    "{name}": "{module}",' for module in imports for name in MAIN_NAMES[module])
+    module_of = "\n".join(f'    "{name}": "{module}",' for module in imports for name in main_names[module])
     import_block = "\n".join(imports[m] for m in sorted(imports)) if imports else "    pass"
     return INIT_TEMPLATE.format(version=version, module_of=module_of, imports=import_block, all_names=all_names)
 
@@ -235,7 +229,8 @@ def build_package(repo_root: Path, out_root: Path) -> Path:
         text = module_file.read_text(encoding="utf-8")
         text = text if text.endswith("\n") else text + "\n"  # nbdev ends a module it appended to without one
         module_file.write_text(hoist_docstring(text), encoding="utf-8")
-    init = render_init(out_package, read_version(repo_root / "pyproject.toml"))
+    main_names = public_names(repo_root / CHAPTERS_DIR)
+    init = render_init(out_package, read_version(repo_root / "pyproject.toml"), main_names)
     (out_package / "__init__.py").write_text(init, encoding="utf-8")
     if (out_package / "cli.py").is_file():
         (out_package / "__main__.py").write_text(MAIN_TEMPLATE, encoding="utf-8")

@@ -16,9 +16,9 @@ _MODULE_OF = {
     "RNNCell": "recurrent",
     "LSTMCell": "recurrent",
     "GRUCell": "recurrent",
-    "scaled_dot_product_attention": "attention",
     "AdditiveAttention": "seq2seq",
     "RecurrentSeq2Seq": "seq2seq",
+    "scaled_dot_product_attention": "attention",
     "MultiHeadAttention": "multihead",
     "sinusoidal_encoding": "positional",
     "PositionalEncoding": "positional",
@@ -28,32 +28,23 @@ _MODULE_OF = {
     "Batch": "masking",
     "Transformer": "model",
     "TransformerConfig": "model",
+    "to_torch_transformer": "interop",
     "LabelSmoothingLoss": "training",
     "WarmupSchedule": "training",
     "fit": "training",
     "greedy_decode": "decoding",
     "beam_search": "decoding",
-    "download_multi30k": "data",
-    "load_multi30k": "data",
-    "Translator": "translate",
-    "PRESETS": "presets",
-    "Preset": "presets",
-    "choose_preset": "presets",
-    "pick_device": "presets",
-    "train": "run",
-    "to_torch_transformer": "interop",
+    "TransformerStack": "lm",
+    "StackConfig": "lm",
+    "generate": "generation",
     "blockwise_attention": "efficient",
     "sliding_window_attention": "efficient",
     "linear_attention": "efficient",
     "GroupedQueryAttention": "efficient",
-    "TransformerStack": "lm",
-    "StackConfig": "lm",
-    "generate": "lm",
 }
 
 if TYPE_CHECKING:  # editors and type checkers see the names without running __getattr__
     from .attention import scaled_dot_product_attention
-    from .data import download_multi30k, load_multi30k
     from .decoding import beam_search, greedy_decode
     from .efficient import (
         GroupedQueryAttention,
@@ -61,18 +52,16 @@ if TYPE_CHECKING:  # editors and type checkers see the names without running __g
         linear_attention,
         sliding_window_attention,
     )
+    from .generation import generate
     from .interop import to_torch_transformer
-    from .lm import StackConfig, TransformerStack, generate
+    from .lm import StackConfig, TransformerStack
     from .masking import Batch, causal_mask, padding_mask
     from .model import Transformer, TransformerConfig
     from .multihead import MultiHeadAttention
     from .positional import LearnedPositionalEmbedding, PositionalEncoding, sinusoidal_encoding
-    from .presets import PRESETS, Preset, choose_preset, pick_device
     from .recurrent import GRUCell, LSTMCell, RNNCell
-    from .run import train
     from .seq2seq import AdditiveAttention, RecurrentSeq2Seq
     from .training import LabelSmoothingLoss, WarmupSchedule, fit
-    from .translate import Translator
 
 
 def __getattr__(name: str):
@@ -93,9 +82,9 @@ __all__ = [
     "RNNCell",
     "LSTMCell",
     "GRUCell",
-    "scaled_dot_product_attention",
     "AdditiveAttention",
     "RecurrentSeq2Seq",
+    "scaled_dot_product_attention",
     "MultiHeadAttention",
     "sinusoidal_encoding",
     "PositionalEncoding",
@@ -105,25 +94,17 @@ __all__ = [
     "Batch",
     "Transformer",
     "TransformerConfig",
+    "to_torch_transformer",
     "LabelSmoothingLoss",
     "WarmupSchedule",
     "fit",
     "greedy_decode",
     "beam_search",
-    "download_multi30k",
-    "load_multi30k",
-    "Translator",
-    "PRESETS",
-    "Preset",
-    "choose_preset",
-    "pick_device",
-    "train",
-    "to_torch_transformer",
+    "TransformerStack",
+    "StackConfig",
+    "generate",
     "blockwise_attention",
     "sliding_window_attention",
     "linear_attention",
     "GroupedQueryAttention",
-    "TransformerStack",
-    "StackConfig",
-    "generate",
 ]

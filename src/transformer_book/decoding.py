@@ -14,47 +14,48 @@ from contextlib import contextmanager
 import torch
 from torch import Tensor, nn
 
-from .masking import check_token_ids, padding_mask
+from .checks import check_int, check_token_ids
+from .masking import padding_mask
 
 GNMT_LENGTH_OFFSET = 5.0  # the 5 of lp(Y) = ((5 + |Y|) / (5 + 1))^alpha (Wu et al. 2016)
 MAX_NGRAM_ORDER = 4  # BLEU-4: precisions of 1-, 2-, 3- and 4-grams
 
 # %% ../../chapters/08_decoding.ipynb #0b4722c3
 def _check_decoding_inputs(model: nn.Module, src: Tensor, max_len: int, bos_id: int, eos_id: int) -> None:
-    """Raise a clear error for arguments the decoders cannot use."""
+    """Raise a clear error for arguments the decoders cannot use; model.encode then checks src's ids once."""
     config = model.config
-    check_token_ids("src", src)  # (B, T_src), torch.long or int32 (chapter 5)
-    if src.size(0) == 0 or src.size(1) == 0:
-        raise ValueError(
-            f"src must be token ids of shape (B, T_src) with B >= 1 and T_src >= 1; got shape {tuple(src.shape)}"
-            f" (for a single sentence use src[None])"
-        )
-    if src.min() < 0 or src.max() >= config.src_vocab_size:
-        raise ValueError(
-            f"src holds ids from {src.min().item()} to {src.max().item()}, outside the model's source "
-            f"vocabulary 0 .. {config.src_vocab_size - 1}"
-        )
+    check_token_ids("src", src)  # (B, T_src) integer ids with B, T_src >= 1 (chapter 1's checks)
     only_padding = (src == config.pad_id).all(dim=1)  # (B,)
     if only_padding.any():
         raise ValueError(
             f"source rows {only_padding.nonzero().flatten().tolist()} hold only padding (pad_id="
             f"{config.pad_id}); every sentence needs at least one real token"
         )
-    if isinstance(max_len, bool) or not isinstance(max_len, int):
-        raise TypeError(f"max_len must be an int, the most tokens to generate; got {max_len!r}")
-    if not 1 <= max_len <= config.max_len:
+    check_int("max_len", max_len)  # the most tokens to generate
+    if max_len > config.max_len:
         raise ValueError(
             f"max_len must be between 1 and the model's config.max_len = {config.max_len} (the decoder reads "
             f"positions 0 .. max_len - 1); got {max_len}"
         )
-    if isinstance(bos_id, bool) or not isinstance(bos_id, int):
-        raise TypeError(f"bos_id must be an int, a target token id; got {bos_id!r}")
-    if not 0 <= bos_id < config.tgt_vocab_size:
+    check_int("bos_id", bos_id, minimum=0)
+    if bos_id >= config.tgt_vocab_size:
         raise ValueError(f"bos_id must be a target token id, 0 .. {config.tgt_vocab_size - 1}; got {bos_id}")
     if isinstance(eos_id, bool) or not isinstance(eos_id, int):
         raise TypeError(
             f"eos_id must be an int (one the model never produces, such as -1, never stops); got {eos_id!r}"
         )
+
+
+def _check_beam_settings(beam_size: int, length_penalty: float) -> None:
+    """Raise a clear error for a beam size or length penalty that beam_search cannot use."""
+    if isinstance(beam_size, bool) or not isinstance(beam_size, int):
+        raise TypeError(f"beam_size must be an int >= 1 (1 is greedy decoding); got {beam_size!r}")
+    if beam_size < 1:
+        raise ValueError(f"beam_size must be an int >= 1 (1 is greedy decoding); got {beam_size}")
+    if isinstance(length_penalty, bool) or not isinstance(length_penalty, (int, float)):
+        raise TypeError(f"length_penalty (alpha) must be a number >= 0 (the paper: 0.6); got {length_penalty!r}")
+    if not length_penalty >= 0:  # also rejects NaN
+        raise ValueError(f"length_penalty (alpha) must be a number >= 0 (the paper: 0.6); got {length_penalty}")
 
 # %% ../../chapters/08_decoding.ipynb #6e9b051f
 @contextmanager
@@ -88,7 +89,8 @@ def greedy_decode(
         cache = model.new_cache() if use_cache else None
         for _ in range(max_len):
             step_input = tokens[:, -1:] if use_cache else tokens  # (B, 1) or (B, t)
-            logits = model.decode(step_input, memory, src_mask, cache=cache)[:, -1]  # (B, vocab_size)
+            # Every id fed back was chosen by the model, so decode skips its check of the ids (a host read on a GPU).
+            logits = model.decode(step_input, memory, src_mask, cache=cache, check_ids=False)[:, -1]  # (B, vocab_size)
             next_token = logits.argmax(dim=-1)  # (B,): y_t = argmax_y p(y | y_<t, X)
             next_token = next_token.masked_fill(finished, pad_id)  # finished sentences only pad
             tokens = torch.cat([tokens, next_token[:, None]], dim=1)  # (B, t + 1)
@@ -160,14 +162,7 @@ def beam_search(
     The model runs in eval mode; its mode is restored afterwards.
     """
     _check_decoding_inputs(model, src, max_len, bos_id, eos_id)
-    if isinstance(beam_size, bool) or not isinstance(beam_size, int):
-        raise TypeError(f"beam_size must be an int >= 1 (1 is greedy decoding); got {beam_size!r}")
-    if beam_size < 1:
-        raise ValueError(f"beam_size must be an int >= 1 (1 is greedy decoding); got {beam_size}")
-    if isinstance(length_penalty, bool) or not isinstance(length_penalty, (int, float)):
-        raise TypeError(f"length_penalty (alpha) must be a number >= 0 (the paper: 0.6); got {length_penalty!r}")
-    if not length_penalty >= 0:  # also rejects NaN
-        raise ValueError(f"length_penalty (alpha) must be a number >= 0 (the paper: 0.6); got {length_penalty}")
+    _check_beam_settings(beam_size, length_penalty)
     with _eval_mode(model):
         pad_id = model.config.pad_id
         batch, k = src.size(0), beam_size
@@ -188,7 +183,7 @@ def beam_search(
         best_done_score = torch.full((batch,), float("-inf"), dtype=dtype, device=device)  # (B,): s(Y, X)
         best_done = torch.full((batch, 1 + max_len), pad_id, dtype=torch.long, device=device)  # (B, 1 + max_len)
         for _ in range(max_len):
-            logits = model.decode(tokens[:, -1:], memory, src_mask, cache=cache)[:, -1]  # (B*K, vocab_size)
+            logits = model.decode(tokens[:, -1:], memory, src_mask, cache=cache, check_ids=False)[:, -1]  # (B*K, vocab_size)
             log_probs = torch.log_softmax(logits.to(dtype), dim=-1).view(batch, k, -1)  # (B, K, vocab_size)
             vocab = log_probs.size(-1)
             # A finished hypothesis may only be extended by padding, at no cost: it stays as it is.
@@ -213,7 +208,8 @@ def beam_search(
             improved = done_best > best_done_score  # (B,)
             best_done_score = torch.where(improved, done_best, best_done_score)  # (B,)
             new_best = tokens.view(batch, k, -1)[rows, done_at]  # (B, t + 1)
-            best_done[improved, : new_best.size(1)] = new_best[improved]  # (B, 1 + max_len), pad after EOS
+            seen = best_done[:, : new_best.size(1)]  # (B, t + 1); torch.where, not best_done[improved]: no host read
+            best_done[:, : new_best.size(1)] = torch.where(improved[:, None], new_best, seen)  # pad after EOS
             if finished.all():
                 break
         final = scores / gnmt_length_penalty(lengths, length_penalty)  # (B, K): s(Y, X) of the last beam

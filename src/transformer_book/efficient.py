@@ -5,34 +5,21 @@
 from __future__ import annotations
 
 import math
-import operator
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .attention import _check_inputs, check_mask, scaled_dot_product_attention
+from .attention import _check_inputs, scaled_dot_product_attention
+from .checks import check_heads, check_int, check_mask, check_probability
 from .masking import causal_mask
-from .multihead import KVCache, _check_sizes
+from .multihead import KVCache
 from .multihead import _check_inputs as _check_layer_inputs
 from .multihead import _check_mask as _check_layer_mask
 
 # %% auto #0
 __all__ = ['blockwise_attention', 'window_mask', 'sliding_window_attention', 'elu_feature_map', 'linear_attention',
            'linear_attention_recurrent', 'repeat_kv', 'GroupedQueryAttention']
-
-# %% ../../chapters/12_long_sequences.ipynb #67192085
-def _positive_int(name: str, value: int) -> int:
-    """value as an int >= 1, or a TypeError/ValueError that names the argument and what was passed."""
-    if isinstance(value, bool):
-        raise TypeError(f"{name} must be a positive integer; got the bool {value}")
-    try:
-        value = operator.index(value)
-    except TypeError:
-        raise TypeError(f"{name} must be a positive integer; got {type(value).__name__} {value!r}") from None
-    if value < 1:
-        raise ValueError(f"{name} must be at least 1; got {value}")
-    return value
 
 # %% ../../chapters/12_long_sequences.ipynb #12d7c451
 def blockwise_attention(
@@ -50,7 +37,7 @@ def blockwise_attention(
     (..., L_q, L_k). causal=True lets query i attend to keys j <= i (needs L_q == L_k).
     """
     _check_inputs(query, key, value, None)
-    block_size = _positive_int("block_size", block_size)
+    block_size = check_int("block_size", block_size)
     length_q, length_k = query.size(-2), key.size(-2)
     if causal and length_q != length_k:
         raise ValueError(
@@ -94,7 +81,7 @@ def window_mask(
 
     Built from chapter 5's causal_mask; it is the dense reference for sliding_window_attention.
     """
-    window = _positive_int("window", window)
+    window = check_int("window", window)
     seen = causal_mask(length, device)  # j <= i
     too_far_back = seen.tril(-window - 1)  # j < i - window
     band = seen & ~too_far_back  # i - window <= j <= i
@@ -110,7 +97,7 @@ def sliding_window_attention(
     attention under window_mask(T, window, causal); only the band of scores is computed, chunk by chunk.
     """
     _check_inputs(query, key, value, None)
-    window = _positive_int("window", window)
+    window = check_int("window", window)
     length = query.size(-2)
     if key.size(-2) != length:
         raise ValueError(
@@ -196,7 +183,7 @@ def linear_attention_recurrent(
 # %% ../../chapters/12_long_sequences.ipynb #2918978b
 def repeat_kv(x: Tensor, groups: int) -> Tensor:
     """(B, H_kv, T, D_h) -> (B, H_kv * groups, T, D_h): kv head g serves query heads g*groups ... (g+1)*groups - 1."""
-    return x.repeat_interleave(_positive_int("groups", groups), dim=1)  # (B, H, T, D_h)
+    return x.repeat_interleave(check_int("groups", groups), dim=1)  # (B, H, T, D_h)
 
 
 class GroupedQueryAttention(nn.Module):
@@ -211,8 +198,9 @@ class GroupedQueryAttention(nn.Module):
         self, d_model: int, num_heads: int, num_kv_heads: int, dropout: float = 0.0, bias: bool = True
     ):
         super().__init__()
-        _check_sizes(d_model, num_heads, dropout)  # chapter 3's checks: the same sizes as MultiHeadAttention
-        num_kv_heads = _positive_int("num_kv_heads", num_kv_heads)
+        check_heads(d_model, num_heads)  # chapter 1's checks, as in MultiHeadAttention
+        check_probability("dropout", dropout)
+        num_kv_heads = check_int("num_kv_heads", num_kv_heads)
         if num_heads % num_kv_heads != 0:
             raise ValueError(
                 f"num_heads ({num_heads}) must be divisible by num_kv_heads ({num_kv_heads}) so that every "

@@ -2,8 +2,7 @@
 """Padding and causal masks, shifted-right targets and padded batches (chapter 5)."""
 
 # %% auto #0
-__all__ = ['TOKEN_ID_DTYPES', 'pad_sequences', 'check_token_ids', 'padding_mask', 'causal_mask', 'Batch', 'make_batch',
-           'bert_pair_input']
+__all__ = ['pad_sequences', 'padding_mask', 'causal_mask', 'Batch', 'make_batch', 'bert_pair_input']
 
 # %% ../../chapters/05_masking.ipynb #d5903d01
 import operator
@@ -12,6 +11,8 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor
+
+from .checks import TOKEN_ID_DTYPES, check_token_ids  # chapter 1's one check of token ids
 
 # %% ../../chapters/05_masking.ipynb #7594c96a
 def pad_sequences(sequences: Sequence[Tensor], pad_id: int) -> Tensor:
@@ -43,21 +44,6 @@ def pad_sequences(sequences: Sequence[Tensor], pad_id: int) -> Tensor:
     return out  # (B, T_max)
 
 # %% ../../chapters/05_masking.ipynb #834ea5b2
-TOKEN_ID_DTYPES = (torch.int64, torch.int32)  # what nn.Embedding accepts
-
-
-def check_token_ids(name: str, tokens: Tensor) -> None:
-    """Token ids must be a tensor of shape (B, T) holding torch.long (or torch.int32): the book's one check."""
-    if not isinstance(tokens, Tensor):
-        raise TypeError(f"{name} must be a tensor of token ids of shape (B, T); got {type(tokens).__name__}")
-    if tokens.dim() != 2:
-        raise ValueError(
-            f"{name} must have shape (B, T); got {tuple(tokens.shape)}; for a single sequence use {name}[None]"
-        )
-    if tokens.dtype not in TOKEN_ID_DTYPES:
-        raise TypeError(f"{name} must hold integer token ids (torch.long); got dtype {tokens.dtype}")
-
-
 def padding_mask(tokens: Tensor, pad_id: int) -> Tensor:
     """Which keys are real tokens: (B, T) token ids -> (B, 1, 1, T) boolean, True = may be attended to.
 

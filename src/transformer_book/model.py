@@ -13,7 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .masking import causal_mask, check_token_ids, padding_mask
+from .checks import check_heads, check_int, check_probability, check_token_ids
+from .masking import causal_mask, padding_mask
 from .multihead import KVCache, MultiHeadAttention
 from .positional import PositionalEncoding
 
@@ -208,47 +209,38 @@ class TransformerConfig:
     pad_id: int = 0  # id of the padding token: masks are built from it
 
     def __post_init__(self) -> None:
-        sizes = (
-            "src_vocab_size", "tgt_vocab_size", "d_model", "num_heads",
-            "num_encoder_layers", "num_decoder_layers", "d_ff", "max_len",
+        _check_config(self)  # the rules are in the next, folded, cell
+
+
+# %% ../../chapters/06_the_transformer.ipynb #7eea38dd
+def _check_config(config: TransformerConfig) -> None:
+    """Raise TypeError or ValueError, naming the field and the fix, for a configuration that cannot work."""
+    sizes = (
+        "src_vocab_size", "tgt_vocab_size", "d_model", "num_encoder_layers", "num_decoder_layers", "d_ff", "max_len",
+    )
+    for name in sizes:
+        check_int(name, getattr(config, name))  # chapter 1's checks: an int >= 1
+    check_heads(config.d_model, config.num_heads)  # d_model splits into num_heads equal heads
+    check_int("pad_id", config.pad_id, minimum=0)
+    check_probability("dropout", config.dropout)  # the paper uses 0.1
+    if config.d_model % 2 != 0:
+        raise ValueError(
+            f"d_model must be even for the sinusoidal encoding (sines and cosines in pairs); got {config.d_model}"
         )
-        for name in (*sizes, "pad_id"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool):
-                raise TypeError(f"{name} must be an int; got {value!r} of type {type(value).__name__}")
-        for name in sizes:  # checked first: the divisibility test below would divide by zero
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be a positive integer; got {getattr(self, name)}")
-        if self.d_model % self.num_heads != 0:
-            divisors = [n for n in range(1, min(self.d_model, 64) + 1) if self.d_model % n == 0]
-            raise ValueError(
-                f"d_model ({self.d_model}) must be divisible by num_heads ({self.num_heads}) so that every "
-                f"head gets d_model / num_heads features; try num_heads in {divisors}"
-            )
-        if self.d_model % 2 != 0:
-            raise ValueError(
-                f"d_model must be even for the sinusoidal encoding (sines and cosines in pairs); got {self.d_model}"
-            )
-        for name in ("norm_first", "tie_embeddings"):
-            if not isinstance(getattr(self, name), bool):
-                raise TypeError(f"{name} must be True or False; got {getattr(self, name)!r}")
-        if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)):
-            raise TypeError(f"dropout must be a float; got {self.dropout!r}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(
-                f"dropout must be in [0, 1); got {self.dropout}; use 0.0 to switch dropout off (the paper uses 0.1)"
-            )
-        if self.tie_embeddings and self.src_vocab_size != self.tgt_vocab_size:
-            raise ValueError(
-                f"tie_embeddings=True shares one embedding matrix, so src_vocab_size ({self.src_vocab_size}) "
-                f"must equal tgt_vocab_size ({self.tgt_vocab_size}); use a joint vocabulary or tie_embeddings=False"
-            )
-        if not 0 <= self.pad_id < min(self.src_vocab_size, self.tgt_vocab_size):
-            raise ValueError(
-                f"pad_id ({self.pad_id}) must be a token id in both vocabularies: "
-                f"0 <= pad_id < {min(self.src_vocab_size, self.tgt_vocab_size)}; pass the id the vocabulary "
-                f"reserves for padding (0 in this book)"
-            )
+    for name in ("norm_first", "tie_embeddings"):
+        if not isinstance(getattr(config, name), bool):
+            raise TypeError(f"{name} must be True or False; got {getattr(config, name)!r}")
+    if config.tie_embeddings and config.src_vocab_size != config.tgt_vocab_size:
+        raise ValueError(
+            f"tie_embeddings=True shares one embedding matrix, so src_vocab_size ({config.src_vocab_size}) "
+            f"must equal tgt_vocab_size ({config.tgt_vocab_size}); use a joint vocabulary or tie_embeddings=False"
+        )
+    if config.pad_id >= min(config.src_vocab_size, config.tgt_vocab_size):
+        raise ValueError(
+            f"pad_id ({config.pad_id}) must be a token id in both vocabularies: "
+            f"0 <= pad_id < {min(config.src_vocab_size, config.tgt_vocab_size)}; pass the id the vocabulary "
+            f"reserves for padding (0 in this book)"
+        )
 
 # %% ../../chapters/06_the_transformer.ipynb #53eb9e18
 class Transformer(nn.Module):
@@ -285,7 +277,7 @@ class Transformer(nn.Module):
 
     def encode(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor:
         """src (B, T_src) -> memory (B, T_src, D). src_mask (B, 1, 1, T_src) defaults to the padding mask."""
-        self._check_tokens("src", src, self.config.src_vocab_size)
+        check_token_ids("src", src, self.config.src_vocab_size)  # chapter 1's check, ids included
         if src_mask is None:
             src_mask = padding_mask(src, self.config.pad_id)  # (B, 1, 1, T_src)
         return self.encoder(self.embed(src, self.src_embed), src_mask)  # (B, T_src, D)
@@ -297,6 +289,7 @@ class Transformer(nn.Module):
         src_mask: Tensor | None = None,
         tgt_mask: Tensor | None = None,
         cache: list[LayerCache] | None = None,
+        check_ids: bool = True,
     ) -> Tensor:
         """tgt (B, T_tgt), memory (B, T_src, D) -> logits (B, T_tgt, vocab_size).
 
@@ -305,8 +298,10 @@ class Transformer(nn.Module):
         attends to the padded memory positions. tgt_mask defaults to the causal mask. With a cache (from
         new_cache(), chapter 8), tgt holds only the new tokens and positions continue after the cached ones;
         new token i may attend to every cached position and to new tokens 0 .. i.
+        check_ids=False skips the range check of tgt's ids, which reads them back to the host (on a GPU, a wait
+        for the device): chapter 8's decoders pass it after their first step, when tgt holds ids the model chose.
         """
-        self._check_tokens("tgt", tgt, self.config.tgt_vocab_size)
+        check_token_ids("tgt", tgt, self.config.tgt_vocab_size if check_ids else None)
         offset = len(cache[0].self_attn) if cache is not None else 0  # positions already decoded
         if tgt_mask is None and cache is None:
             tgt_mask = causal_mask(tgt.size(1), tgt.device)  # (T_tgt, T_tgt)
@@ -322,7 +317,7 @@ class Transformer(nn.Module):
         self, src: Tensor, tgt_in: Tensor, src_mask: Tensor | None = None, tgt_mask: Tensor | None = None
     ) -> Tensor:
         """src (B, T_src), tgt_in (B, T_tgt) -> logits (B, T_tgt, vocab_size), for teacher forcing."""
-        self._check_tokens("src", src, self.config.src_vocab_size)  # before padding_mask reads it
+        check_token_ids("src", src)  # shape and dtype before padding_mask reads it; encode checks the ids
         if src_mask is None:
             src_mask = padding_mask(src, self.config.pad_id)  # (B, 1, 1, T_src)
         memory = self.encode(src, src_mask)  # (B, T_src, D)
@@ -332,17 +327,3 @@ class Transformer(nn.Module):
         """An empty key/value cache, one LayerCache per decoder layer (chapter 8 uses it)."""
         return [LayerCache() for _ in self.decoder.layers]
 
-    @staticmethod
-    def _check_tokens(name: str, tokens: Tensor, vocab_size: int) -> None:
-        """Token ids must be a non-empty (B, T) integer tensor with every id in 0 .. vocab_size - 1."""
-        check_token_ids(name, tokens)  # (B, T), torch.long or int32 (chapter 5)
-        if tokens.size(0) == 0:
-            raise ValueError(f"{name} is an empty batch (B = 0); pass at least one sequence")
-        if tokens.size(1) == 0:
-            raise ValueError(f"{name} is empty (length 0); every sequence needs at least one token")
-        low, high = (int(v) for v in torch.aminmax(tokens))
-        if low < 0 or high >= vocab_size:
-            raise ValueError(
-                f"{name} holds token ids from {low} to {high}, but the vocabulary has {vocab_size} tokens "
-                f"(ids 0 .. {vocab_size - 1}); encode the text with the vocabulary the model was built for"
-            )

@@ -10,7 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .attention import check_mask, scaled_dot_product_attention
+from .attention import scaled_dot_product_attention
+from .checks import check_heads, check_mask, check_probability
 
 # %% auto #0
 __all__ = ['MultiHeadAttention', 'KVCache']
@@ -25,7 +26,8 @@ class MultiHeadAttention(nn.Module):
 
     def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0, bias: bool = True):
         super().__init__()
-        _check_sizes(d_model, num_heads, dropout)  # the checks are in the next cell
+        check_heads(d_model, num_heads)  # chapter 1's checks: ints, and D divisible by H
+        check_probability("dropout", dropout)
         self.d_model, self.num_heads, self.d_head = d_model, num_heads, d_model // num_heads
         self.dropout_p = dropout  # a probability, for the fused path
         self.q_proj = nn.Linear(d_model, d_model, bias=bias)  # W^Q_1 ... W^Q_H side by side
@@ -82,25 +84,6 @@ class MultiHeadAttention(nn.Module):
         return self.out_proj(self.merge_heads(out))  # Concat(heads) W^O: (B, L_q, D)
 
 # %% ../../chapters/03_multi_head_attention.ipynb #9be6c4e2
-def _check_sizes(d_model: int, num_heads: int, dropout: float) -> None:
-    """Raise a clear error for sizes that cannot make a layer."""
-    for name, size in (("d_model", d_model), ("num_heads", num_heads)):
-        if isinstance(size, bool) or not isinstance(size, int):
-            raise TypeError(f"{name} must be an int; got {size!r} of type {type(size).__name__}")
-    if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0.0 <= dropout < 1.0:
-        raise ValueError(f"dropout must be a probability in [0, 1); got {dropout!r}")
-    if num_heads < 1 or d_model < 1:
-        raise ValueError(
-            f"d_model and num_heads must be positive integers; got d_model={d_model}, num_heads={num_heads}"
-        )
-    if d_model % num_heads != 0:
-        divisors = [count for count in range(1, min(d_model, 64) + 1) if d_model % count == 0]
-        raise ValueError(
-            f"d_model ({d_model}) must be divisible by num_heads ({num_heads}) so that every head gets "
-            f"d_model / num_heads features; try num_heads in {divisors}"
-        )
-
-
 def _check_inputs(layer: MultiHeadAttention, query: Tensor, key: Tensor, value: Tensor) -> None:
     """Raise a clear error unless query, key and value are (B, T, d_model) with matching B and L_k."""
     for name, x in (("query", query), ("key", key), ("value", value)):

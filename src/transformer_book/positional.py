@@ -10,13 +10,14 @@ import math
 import torch
 from torch import Tensor, nn
 
+from .checks import check_int
+
 PE_BASE = 10000.0  # the paper's base: wavelengths run from 2*pi up to PE_BASE * 2*pi positions
 
 # %% ../../chapters/04_positional_encoding.ipynb #f45ad244
 def _check_d_model(d_model: int, what: str) -> None:
-    if isinstance(d_model, bool) or not isinstance(d_model, int):
-        raise TypeError(f"{what} must be an int; got {d_model!r} of type {type(d_model).__name__}")
-    if d_model < 2 or d_model % 2 != 0:
+    check_int(what, d_model)
+    if d_model % 2 != 0:
         raise ValueError(
             f"{what} must be a positive even number, because dimensions come in (sine, cosine) pairs; "
             f"got {d_model}. Use an even size such as {max(2, d_model + 1)}"
@@ -30,10 +31,7 @@ def sinusoidal_encoding(max_len: int, d_model: int) -> Tensor:
     for pos = 0 .. max_len-1 and i = 0 .. d_model/2-1. d_model must be even.
     """
     _check_d_model(d_model, "d_model")
-    if isinstance(max_len, bool) or not isinstance(max_len, int):
-        raise TypeError(f"max_len must be an int; got {max_len!r} of type {type(max_len).__name__}")
-    if max_len < 1:
-        raise ValueError(f"max_len must be at least 1 (the number of positions in the table); got {max_len}")
+    check_int("max_len", max_len)  # the number of positions in the table
     position = torch.arange(max_len, dtype=torch.float32).unsqueeze(1)  # (max_len, 1)
     # 1 / 10000^(2i/d_model) = exp(-2i ln(10000) / d_model)
     two_i = torch.arange(0, d_model, 2, dtype=torch.float32)  # (D/2,): 2i = 0, 2, ..., d_model - 2
