@@ -2,10 +2,10 @@
 """Multi30k with checksums, a subword tokenizer, token-budget batches (chapter 9)."""
 
 # %% auto #0
-__all__ = ['MULTI30K_COMMIT', 'MULTI30K_URL', 'MULTI30K_BRANCH_URL', 'MULTI30K_FILES', 'SPLITS', 'LANGUAGES', 'DATA_ENV',
-           'DEFAULT_DATA_ROOT', 'DOWNLOAD_ATTEMPTS', 'DEFAULT_POOL_SIZE', 'DataError', 'download_multi30k',
-           'load_multi30k', 'normalize', 'train_tokenizer', 'encode', 'decode', 'save_tokenizer', 'load_tokenizer',
-           'encode_pairs', 'token_buckets', 'batch_by_tokens', 'padding_efficiency']
+__all__ = ['SPLITS', 'LANGUAGES', 'DEFAULT_POOL_SIZE', 'MULTI30K_COMMIT', 'MULTI30K_URL', 'MULTI30K_BRANCH_URL', 'MULTI30K_FILES',
+           'DATA_ENV', 'DEFAULT_DATA_ROOT', 'DOWNLOAD_ATTEMPTS', 'load_multi30k', 'normalize', 'train_tokenizer',
+           'encode', 'decode', 'save_tokenizer', 'load_tokenizer', 'encode_pairs', 'token_buckets', 'batch_by_tokens',
+           'padding_efficiency', 'DataError', 'download_multi30k']
 
 # %% ../../chapters/09_translation_data.ipynb #ceab4cee
 import gzip
@@ -30,163 +30,11 @@ from .hashing import file_sha256
 from .masking import Batch, make_batch, pad_sequences
 from .tokens import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, UNK_ID  # chapter 2's
 
-# %% ../../chapters/09_translation_data.ipynb #8de2cb09
-# One commit of the dataset repository, not its moving `master` branch: the sha256 sums below are of the
-# files at this commit, so a later change upstream cannot break the download.
-MULTI30K_COMMIT = "5853dcc8a900ecfa26c3419dcc5a5e7d4c81657b"
-MULTI30K_URL = f"https://raw.githubusercontent.com/multi30k/dataset/{MULTI30K_COMMIT}/data/task1/raw"
-# Tried only when the pinned commit is not on the server (HTTP 404); the sha256 sums still decide.
-MULTI30K_BRANCH_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw"
-MULTI30K_FILES = {  # file name -> sha256 of the published bytes
-    "train.de.gz": "726e39b2fa9eb9ffb6dc763fb35a179f80fae06ffc5d28b6ace5faa883de28a6",
-    "train.en.gz": "d79cfa999dd4c51d2cb42499b6796d5a882c3a8a961923c25a898c90f8bbd56f",
-    "val.de.gz": "f0cba2f995189cf5770f29a8a9a537a3ad3f51657ad873405082ff6863a5e75a",
-    "val.en.gz": "14f7d25ddd868909a9213e361768460edcacdd6ab9d1e77b92560dc10c10dc28",
-    "test_2016_flickr.de.gz": "9204244e408ccb38d2a55cfcd344df15005fc42a07a6e55ca6c52b6ababb8cc8",
-    "test_2016_flickr.en.gz": "611d361c6334bc7246101d48097c13cf5c4413c5befc793cc629934359d532d9",
-}
+# %% ../../chapters/09_translation_data.ipynb #97ba54c3
 SPLITS = {"train": "train", "val": "val", "test2016": "test_2016_flickr"}  # split -> file stem
 LANGUAGES = ("de", "en")
-DATA_ENV = "TRANSFORMER_BOOK_DATA"  # a folder holding multi30k/, used instead of any download
-DEFAULT_DATA_ROOT = Path("~/.cache/transformer_book")
-DOWNLOAD_ATTEMPTS = 2  # a download that breaks off or arrives corrupt is tried once more, then we give up
-_DOWNLOAD_TIMEOUT_S = 30  # the longest wait for the server to answer or send the next bytes
-_DOWNLOAD_DEADLINE_S = 300  # the longest one file may take in all (the largest, train.de.gz, is 0.7 MB)
-_MIN_RATE_BYTES_S = 2_000  # a transfer slower than this on average, after its first _RATE_GRACE_S, is given up
-_RATE_GRACE_S = 20
-
-# %% ../../chapters/09_translation_data.ipynb #a1d38227
-class DataError(RuntimeError):
-    """The Multi30k files are missing or corrupt and could not be fetched; the message says what to do."""
-
-# %% ../../chapters/09_translation_data.ipynb #82428138
-def _fetch(url: str, dest: Path) -> None:
-    """Copy the bytes at url into the file dest: the only code in this module that uses the network.
-
-    A server that answers but sends almost nothing cannot keep it waiting: the whole transfer has a deadline
-    and, after its first _RATE_GRACE_S seconds, a minimum average rate (the socket's own timeout covers each
-    wait only).
-    """
-    start = time.monotonic()
-    with urllib.request.urlopen(url, timeout=_DOWNLOAD_TIMEOUT_S) as response, open(dest, "wb") as out:
-        while chunk := response.read1(1 << 16):  # read1: whatever has arrived, without waiting for 64 kB
-            out.write(chunk)
-            elapsed = time.monotonic() - start
-            if elapsed > _DOWNLOAD_DEADLINE_S:
-                raise TimeoutError(f"the transfer took longer than {_DOWNLOAD_DEADLINE_S} s")
-            if elapsed > _RATE_GRACE_S and out.tell() / elapsed < _MIN_RATE_BYTES_S:
-                raise TimeoutError(f"the transfer ran at {out.tell() / elapsed:.0f} bytes/s, too slow to finish")
-        # http.client ends a body that stops short without an error; compare with the announced length
-        announced = response.headers.get("Content-Length")
-        if announced is not None and out.tell() != int(announced):
-            raise ConnectionError(f"the transfer stopped after {out.tell()} of {announced} bytes")
-
-# %% ../../chapters/09_translation_data.ipynb #64939cee
-def _check_local_copy(folder: Path) -> Path:
-    for name, expected in MULTI30K_FILES.items():
-        path = folder / name
-        if not path.is_file():
-            raise DataError(
-                f"{DATA_ENV} is set, so nothing is downloaded, but {path.absolute()} does not exist. "
-                f"Copy it there from {MULTI30K_URL}/{name}, or unset {DATA_ENV}."
-            )
-        if (actual := file_sha256(path)) != expected:
-            raise DataError(
-                f"{path.absolute()} is corrupt: its sha256 is {actual}, expected {expected}. "
-                f"Replace it with a fresh copy of {MULTI30K_URL}/{name}, or unset {DATA_ENV}."
-            )
-    return folder
-
-# %% ../../chapters/09_translation_data.ipynb #1e3b417c
-_OFFLINE_ADVICE = (
-    f"On a machine without internet, copy the six files ({', '.join(MULTI30K_FILES)}) from "
-    f"{MULTI30K_URL}/ into a folder DIR/multi30k/ and set the environment variable {DATA_ENV}=DIR."
-)
-# the transfer failed (no network, refused, broken off, timed out, an HTTP error): possibly passing trouble
-_TRANSFER_ERRORS = (urllib.error.URLError, http.client.HTTPException, ConnectionError, TimeoutError)
 
 
-class _Terminated(Exception):
-    """SIGTERM arrived during a download (raised so that the temporary file is removed on the way out)."""
-
-
-def _raise_on_sigterm(signum, frame):
-    raise _Terminated()
-
-
-def _download_verified(name: str, folder: Path) -> None:
-    """Download one file into `folder`, verified, leaving no `.part` file behind, even on SIGTERM."""
-    in_main_thread = threading.current_thread() is threading.main_thread()  # only there can signals be handled
-    previous = signal.signal(signal.SIGTERM, _raise_on_sigterm) if in_main_thread else None
-    try:
-        _download_attempts(name, folder)
-    except _Terminated:
-        raise SystemExit(128 + signal.SIGTERM) from None  # the temporary file is gone by now: exit as asked
-    finally:
-        if in_main_thread:
-            signal.signal(signal.SIGTERM, previous)
-
-
-def _download_attempts(name: str, folder: Path) -> None:
-    url, expected = f"{MULTI30K_URL}/{name}", MULTI30K_FILES[name]
-    failures = []  # what went wrong in each attempt, for the error message
-    for _ in range(DOWNLOAD_ATTEMPTS):
-        # the temporary file sits in the target folder, so that os.replace is a rename, never a copy
-        fd, tmp_name = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".part")
-        os.close(fd)
-        tmp = Path(tmp_name)
-        try:
-            _fetch(url, tmp)
-            if (actual := file_sha256(tmp)) == expected:
-                os.replace(tmp, folder / name)  # only verified bytes ever get the real name
-                return
-            failures.append(f"wrong sha256 {actual}")
-        except _TRANSFER_ERRORS as err:
-            failures.append(f"{type(err).__name__}: {err}")
-            if isinstance(err, urllib.error.HTTPError) and err.code == 404 and url.startswith(MULTI30K_URL):
-                url = f"{MULTI30K_BRANCH_URL}/{name}"  # the pin is unknown upstream: the branch, still checked
-        except OSError as err:  # this machine's problem (disk full, no permission): a retry would not help
-            raise DataError(f"Could not write the download of {name} into {folder.absolute()}: {err}") from err
-        finally:
-            tmp.unlink(missing_ok=True)
-    hints = []
-    if any(f.startswith("wrong sha256") for f in failures):
-        hints.append(
-            f"The expected sha256 is {expected}: the file upstream may have changed, or something between "
-            "you and it rewrites downloads."
-        )
-    if not all(f.startswith("wrong sha256") for f in failures):
-        hints.append("A connection that fails or breaks off may work later: run this again.")
-    raise DataError(
-        f"Could not download {name} from {url} in {DOWNLOAD_ATTEMPTS} attempts ({'; '.join(failures)}), "
-        f"and {folder.absolute()} holds no verified copy of it. {' '.join(hints)} {_OFFLINE_ADVICE}"
-    )
-
-# %% ../../chapters/09_translation_data.ipynb #1e0c249c
-def download_multi30k(root: str | Path | None = None) -> Path:
-    """Make sure the six Multi30k files are present and intact; return the folder that holds them.
-
-    If the environment variable TRANSFORMER_BOOK_DATA is set, the files must already be in
-    $TRANSFORMER_BOOK_DATA/multi30k/ (checked, never downloaded). Otherwise they are kept in
-    <root>/multi30k/, root defaulting to ~/.cache/transformer_book, and fetched when missing or corrupt.
-    """
-    env = os.environ.get(DATA_ENV)
-    if env is not None:
-        if not env.strip():
-            raise DataError(
-                f"{DATA_ENV} is set but empty: set it to the folder that holds multi30k/, or unset it to download "
-                f"the files into {DEFAULT_DATA_ROOT}"
-            )
-        return _check_local_copy(Path(env).expanduser() / "multi30k")
-    folder = Path(root if root is not None else DEFAULT_DATA_ROOT).expanduser() / "multi30k"
-    folder.mkdir(parents=True, exist_ok=True)
-    for name, expected in MULTI30K_FILES.items():
-        path = folder / name
-        if not (path.is_file() and file_sha256(path) == expected):
-            _download_verified(name, folder)
-    return folder
-
-# %% ../../chapters/09_translation_data.ipynb #97ba54c3
 def _read_lines(path: Path) -> list[str]:
     with gzip.open(path, "rt", encoding="utf-8") as f:
         lines = f.read().split("\n")
@@ -405,3 +253,157 @@ def padding_efficiency(batches: Iterable[Batch]) -> float:
     if computed == 0:
         raise ValueError("batches is empty: nothing to measure")
     return real / computed
+
+# %% ../../chapters/09_translation_data.ipynb #8de2cb09
+# One commit of the dataset repository, not its moving `master` branch: the sha256 sums below are of the
+# files at this commit, so a later change upstream cannot break the download.
+MULTI30K_COMMIT = "5853dcc8a900ecfa26c3419dcc5a5e7d4c81657b"
+MULTI30K_URL = f"https://raw.githubusercontent.com/multi30k/dataset/{MULTI30K_COMMIT}/data/task1/raw"
+# Tried only when the pinned commit is not on the server (HTTP 404); the sha256 sums still decide.
+MULTI30K_BRANCH_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw"
+MULTI30K_FILES = {  # file name -> sha256 of the published bytes
+    "train.de.gz": "726e39b2fa9eb9ffb6dc763fb35a179f80fae06ffc5d28b6ace5faa883de28a6",
+    "train.en.gz": "d79cfa999dd4c51d2cb42499b6796d5a882c3a8a961923c25a898c90f8bbd56f",
+    "val.de.gz": "f0cba2f995189cf5770f29a8a9a537a3ad3f51657ad873405082ff6863a5e75a",
+    "val.en.gz": "14f7d25ddd868909a9213e361768460edcacdd6ab9d1e77b92560dc10c10dc28",
+    "test_2016_flickr.de.gz": "9204244e408ccb38d2a55cfcd344df15005fc42a07a6e55ca6c52b6ababb8cc8",
+    "test_2016_flickr.en.gz": "611d361c6334bc7246101d48097c13cf5c4413c5befc793cc629934359d532d9",
+}
+DATA_ENV = "TRANSFORMER_BOOK_DATA"  # a folder holding multi30k/, used instead of any download
+DEFAULT_DATA_ROOT = Path("~/.cache/transformer_book")
+DOWNLOAD_ATTEMPTS = 2  # a download that breaks off or arrives corrupt is tried once more, then we give up
+_DOWNLOAD_TIMEOUT_S = 30  # the longest wait for the server to answer or send the next bytes
+_DOWNLOAD_DEADLINE_S = 300  # the longest one file may take in all (the largest, train.de.gz, is 0.7 MB)
+_MIN_RATE_BYTES_S = 2_000  # a transfer slower than this on average, after its first _RATE_GRACE_S, is given up
+_RATE_GRACE_S = 20
+
+# %% ../../chapters/09_translation_data.ipynb #a1d38227
+class DataError(RuntimeError):
+    """The Multi30k files are missing or corrupt and could not be fetched; the message says what to do."""
+
+# %% ../../chapters/09_translation_data.ipynb #82428138
+def _fetch(url: str, dest: Path) -> None:
+    """Copy the bytes at url into the file dest: the only code in this module that uses the network.
+
+    A server that answers but sends almost nothing cannot keep it waiting: the whole transfer has a deadline
+    and, after its first _RATE_GRACE_S seconds, a minimum average rate (the socket's own timeout covers each
+    wait only).
+    """
+    start = time.monotonic()
+    with urllib.request.urlopen(url, timeout=_DOWNLOAD_TIMEOUT_S) as response, open(dest, "wb") as out:
+        while chunk := response.read1(1 << 16):  # read1: whatever has arrived, without waiting for 64 kB
+            out.write(chunk)
+            elapsed = time.monotonic() - start
+            if elapsed > _DOWNLOAD_DEADLINE_S:
+                raise TimeoutError(f"the transfer took longer than {_DOWNLOAD_DEADLINE_S} s")
+            if elapsed > _RATE_GRACE_S and out.tell() / elapsed < _MIN_RATE_BYTES_S:
+                raise TimeoutError(f"the transfer ran at {out.tell() / elapsed:.0f} bytes/s, too slow to finish")
+        # http.client ends a body that stops short without an error; compare with the announced length
+        announced = response.headers.get("Content-Length")
+        if announced is not None and out.tell() != int(announced):
+            raise ConnectionError(f"the transfer stopped after {out.tell()} of {announced} bytes")
+
+# %% ../../chapters/09_translation_data.ipynb #64939cee
+def _check_local_copy(folder: Path) -> Path:
+    for name, expected in MULTI30K_FILES.items():
+        path = folder / name
+        if not path.is_file():
+            raise DataError(
+                f"{DATA_ENV} is set, so nothing is downloaded, but {path.absolute()} does not exist. "
+                f"Copy it there from {MULTI30K_URL}/{name}, or unset {DATA_ENV}."
+            )
+        if (actual := file_sha256(path)) != expected:
+            raise DataError(
+                f"{path.absolute()} is corrupt: its sha256 is {actual}, expected {expected}. "
+                f"Replace it with a fresh copy of {MULTI30K_URL}/{name}, or unset {DATA_ENV}."
+            )
+    return folder
+
+# %% ../../chapters/09_translation_data.ipynb #1e3b417c
+_OFFLINE_ADVICE = (
+    f"On a machine without internet, copy the six files ({', '.join(MULTI30K_FILES)}) from "
+    f"{MULTI30K_URL}/ into a folder DIR/multi30k/ and set the environment variable {DATA_ENV}=DIR."
+)
+# the transfer failed (no network, refused, broken off, timed out, an HTTP error): possibly passing trouble
+_TRANSFER_ERRORS = (urllib.error.URLError, http.client.HTTPException, ConnectionError, TimeoutError)
+
+
+class _Terminated(Exception):
+    """SIGTERM arrived during a download (raised so that the temporary file is removed on the way out)."""
+
+
+def _raise_on_sigterm(signum, frame):
+    raise _Terminated()
+
+
+def _download_verified(name: str, folder: Path) -> None:
+    """Download one file into `folder`, verified, leaving no `.part` file behind, even on SIGTERM."""
+    in_main_thread = threading.current_thread() is threading.main_thread()  # only there can signals be handled
+    previous = signal.signal(signal.SIGTERM, _raise_on_sigterm) if in_main_thread else None
+    try:
+        _download_attempts(name, folder)
+    except _Terminated:
+        raise SystemExit(128 + signal.SIGTERM) from None  # the temporary file is gone by now: exit as asked
+    finally:
+        if in_main_thread:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _download_attempts(name: str, folder: Path) -> None:
+    url, expected = f"{MULTI30K_URL}/{name}", MULTI30K_FILES[name]
+    failures = []  # what went wrong in each attempt, for the error message
+    for _ in range(DOWNLOAD_ATTEMPTS):
+        # the temporary file sits in the target folder, so that os.replace is a rename, never a copy
+        fd, tmp_name = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".part")
+        os.close(fd)
+        tmp = Path(tmp_name)
+        try:
+            _fetch(url, tmp)
+            if (actual := file_sha256(tmp)) == expected:
+                os.replace(tmp, folder / name)  # only verified bytes ever get the real name
+                return
+            failures.append(f"wrong sha256 {actual}")
+        except _TRANSFER_ERRORS as err:
+            failures.append(f"{type(err).__name__}: {err}")
+            if isinstance(err, urllib.error.HTTPError) and err.code == 404 and url.startswith(MULTI30K_URL):
+                url = f"{MULTI30K_BRANCH_URL}/{name}"  # the pin is unknown upstream: the branch, still checked
+        except OSError as err:  # this machine's problem (disk full, no permission): a retry would not help
+            raise DataError(f"Could not write the download of {name} into {folder.absolute()}: {err}") from err
+        finally:
+            tmp.unlink(missing_ok=True)
+    hints = []
+    if any(f.startswith("wrong sha256") for f in failures):
+        hints.append(
+            f"The expected sha256 is {expected}: the file upstream may have changed, or something between "
+            "you and it rewrites downloads."
+        )
+    if not all(f.startswith("wrong sha256") for f in failures):
+        hints.append("A connection that fails or breaks off may work later: run this again.")
+    raise DataError(
+        f"Could not download {name} from {url} in {DOWNLOAD_ATTEMPTS} attempts ({'; '.join(failures)}), "
+        f"and {folder.absolute()} holds no verified copy of it. {' '.join(hints)} {_OFFLINE_ADVICE}"
+    )
+
+# %% ../../chapters/09_translation_data.ipynb #1e0c249c
+def download_multi30k(root: str | Path | None = None) -> Path:
+    """Make sure the six Multi30k files are present and intact; return the folder that holds them.
+
+    If the environment variable TRANSFORMER_BOOK_DATA is set, the files must already be in
+    $TRANSFORMER_BOOK_DATA/multi30k/ (checked, never downloaded). Otherwise they are kept in
+    <root>/multi30k/, root defaulting to ~/.cache/transformer_book, and fetched when missing or corrupt.
+    """
+    env = os.environ.get(DATA_ENV)
+    if env is not None:
+        if not env.strip():
+            raise DataError(
+                f"{DATA_ENV} is set but empty: set it to the folder that holds multi30k/, or unset it to download "
+                f"the files into {DEFAULT_DATA_ROOT}"
+            )
+        return _check_local_copy(Path(env).expanduser() / "multi30k")
+    folder = Path(root if root is not None else DEFAULT_DATA_ROOT).expanduser() / "multi30k"
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, expected in MULTI30K_FILES.items():
+        path = folder / name
+        if not (path.is_file() and file_sha256(path) == expected):
+            _download_verified(name, folder)
+    return folder
