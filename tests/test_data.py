@@ -19,6 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import transformer_book.data as data
+import transformer_book.multi30k as multi30k
 from transformer_book.data import (
     BOS_ID,
     DATA_ENV,
@@ -81,7 +82,7 @@ def fake_table(monkeypatch):
     """Point the module's checksum table at the fake files, with sha256 digests computed here."""
     table = {name: hashlib.sha256(content).hexdigest() for name, content in FAKE.items()}
     assert table != MULTI30K_FILES
-    monkeypatch.setattr(data, "MULTI30K_FILES", table)
+    monkeypatch.setattr(multi30k, "MULTI30K_FILES", table)
     return table
 
 
@@ -93,7 +94,7 @@ def _put(folder: Path, names=tuple(FAKE)) -> Path:
 
 
 class Network:
-    """A stand-in for data._fetch, serving the fake files. Call i uses modes[i] (the last mode repeats):
+    """A stand-in for multi30k._fetch, serving the fake files. Call i uses modes[i] (the last mode repeats):
     'ok' writes the file, 'garbage' writes junk, 'down' raises URLError, and any exception instance is
     raised after half of the file has been written (a transfer that breaks off)."""
 
@@ -162,7 +163,7 @@ def test_env_folder_is_used_and_never_downloads(tmp_path, monkeypatch, fake_tabl
     _put(tmp_path / "multi30k")
     monkeypatch.setenv(DATA_ENV, str(tmp_path))
     net = Network("down")
-    monkeypatch.setattr(data, "_fetch", net)
+    monkeypatch.setattr(multi30k, "_fetch", net)
     assert download_multi30k(root=tmp_path / "ignored") == tmp_path / "multi30k"
     assert net.calls == []
     assert not (tmp_path / "ignored").exists()
@@ -172,7 +173,7 @@ def test_env_folder_missing_file_names_it(tmp_path, monkeypatch, fake_table):
     _put(tmp_path / "multi30k", [n for n in FAKE if n != "val.en.gz"])
     monkeypatch.setenv(DATA_ENV, str(tmp_path))
     net = Network("ok")
-    monkeypatch.setattr(data, "_fetch", net)
+    monkeypatch.setattr(multi30k, "_fetch", net)
     with pytest.raises(DataError, match=r"val\.en\.gz does not exist.*TRANSFORMER_BOOK_DATA"):
         download_multi30k()
     assert net.calls == []
@@ -183,7 +184,7 @@ def test_env_folder_corrupt_file_is_reported_not_fetched(tmp_path, monkeypatch, 
     (tmp_path / "multi30k" / "train.de.gz").write_bytes(b"truncated")
     monkeypatch.setenv(DATA_ENV, str(tmp_path))
     net = Network("ok")
-    monkeypatch.setattr(data, "_fetch", net)
+    monkeypatch.setattr(multi30k, "_fetch", net)
     with pytest.raises(DataError, match=r"train\.de\.gz is corrupt: its sha256 is [0-9a-f]{64}, expected"):
         download_multi30k()
     assert net.calls == []
@@ -202,7 +203,7 @@ def test_env_folder_is_loaded_line_by_line(tmp_path, monkeypatch, fake_table):
 
 def test_download_into_empty_cache(tmp_path, monkeypatch, no_env, fake_table):
     net = Network("ok")
-    monkeypatch.setattr(data, "_fetch", net)
+    monkeypatch.setattr(multi30k, "_fetch", net)
     folder = download_multi30k(tmp_path)
     assert folder == tmp_path / "multi30k"
     assert sorted(p.name for p in folder.iterdir()) == sorted(fake_table)
@@ -213,14 +214,14 @@ def test_download_into_empty_cache(tmp_path, monkeypatch, no_env, fake_table):
 def test_verified_cache_is_not_fetched_again(tmp_path, monkeypatch, no_env, fake_table):
     _put(tmp_path / "multi30k")
     net = Network("down")
-    monkeypatch.setattr(data, "_fetch", net)
+    monkeypatch.setattr(multi30k, "_fetch", net)
     assert download_multi30k(tmp_path) == tmp_path / "multi30k"
     assert net.calls == []
 
 
 def test_default_root_is_the_user_cache(tmp_path, monkeypatch, no_env, fake_table):
     monkeypatch.setenv("HOME", str(tmp_path))
-    monkeypatch.setattr(data, "_fetch", Network("ok"))
+    monkeypatch.setattr(multi30k, "_fetch", Network("ok"))
     assert download_multi30k() == tmp_path / ".cache" / "transformer_book" / "multi30k"
 
 
@@ -229,7 +230,7 @@ def test_corrupt_cached_copy_is_refetched_once(tmp_path, monkeypatch, no_env, fa
     damaged = folder / "val.de.gz"
     damaged.write_bytes(FAKE["val.de.gz"][:20])  # a copy that stopped half way
     net = Network("ok")
-    monkeypatch.setattr(data, "_fetch", net)
+    monkeypatch.setattr(multi30k, "_fetch", net)
     download_multi30k(tmp_path)
     assert net.calls == [f"{MULTI30K_URL}/val.de.gz"]
     assert damaged.read_bytes() == FAKE["val.de.gz"]
@@ -239,7 +240,7 @@ def test_corrupt_cached_copy_is_refetched_once(tmp_path, monkeypatch, no_env, fa
 def test_corrupt_download_is_retried_once(tmp_path, monkeypatch, no_env, fake_table):
     folder = _put(tmp_path / "multi30k", [n for n in FAKE if n != "test_2016_flickr.en.gz"])
     net = Network("garbage", "ok")
-    monkeypatch.setattr(data, "_fetch", net)
+    monkeypatch.setattr(multi30k, "_fetch", net)
     download_multi30k(tmp_path)
     assert net.calls == [f"{MULTI30K_URL}/test_2016_flickr.en.gz"] * 2
     assert _is_verified(folder, fake_table)
@@ -257,10 +258,10 @@ def test_missing_pinned_commit_falls_back_to_the_branch(tmp_path, monkeypatch, n
             raise urllib.error.HTTPError(url, 404, "Not Found", None, None)
         dest.write_bytes(FAKE[url.rsplit("/", 1)[1]])
 
-    monkeypatch.setattr(data, "_fetch", fetch)
+    monkeypatch.setattr(multi30k, "_fetch", fetch)
     download_multi30k(tmp_path)
-    assert calls == [f"{MULTI30K_URL}/val.de.gz", f"{data.MULTI30K_BRANCH_URL}/val.de.gz"]
-    assert data.MULTI30K_BRANCH_URL.endswith("/master/data/task1/raw")
+    assert calls == [f"{MULTI30K_URL}/val.de.gz", f"{multi30k.MULTI30K_BRANCH_URL}/val.de.gz"]
+    assert multi30k.MULTI30K_BRANCH_URL.endswith("/master/data/task1/raw")
     assert _is_verified(folder, fake_table)
     assert _parts(folder) == []
 
@@ -268,11 +269,11 @@ def test_missing_pinned_commit_falls_back_to_the_branch(tmp_path, monkeypatch, n
 def test_corrupt_download_twice_raises_and_keeps_nothing(tmp_path, monkeypatch, no_env, fake_table):
     folder = _put(tmp_path / "multi30k", [n for n in FAKE if n != "val.en.gz"])
     net = Network("garbage")
-    monkeypatch.setattr(data, "_fetch", net)
+    monkeypatch.setattr(multi30k, "_fetch", net)
     with pytest.raises(DataError, match=r"val\.en\.gz .* in 2 attempts \(wrong sha256 [0-9a-f]{64}; wrong sha256") as err:
         download_multi30k(tmp_path)
     assert f"The expected sha256 is {fake_table['val.en.gz']}" in str(err.value)
-    assert len(net.calls) == data.DOWNLOAD_ATTEMPTS == 2
+    assert len(net.calls) == multi30k.DOWNLOAD_ATTEMPTS == 2
     assert not (folder / "val.en.gz").exists()
     assert _parts(folder) == []
 
@@ -290,7 +291,7 @@ def test_broken_transfer_leaves_nothing_and_is_retried_once(tmp_path, monkeypatc
             after_each_attempt.append(sorted(p.name for p in folder.iterdir() if p.name.startswith(".train.en")))
             assert not (folder / "train.en.gz").exists(), "nothing gets the real name before it is checked"
 
-    monkeypatch.setattr(data, "_fetch", fetch)
+    monkeypatch.setattr(multi30k, "_fetch", fetch)
     download_multi30k(tmp_path)
     assert net.calls == [f"{MULTI30K_URL}/train.en.gz"] * 2
     assert [len(names) for names in after_each_attempt] == [1, 1], "the broken half file must be gone before the retry"
@@ -302,7 +303,7 @@ def test_broken_transfer_leaves_nothing_and_is_retried_once(tmp_path, monkeypatc
 def test_broken_transfer_twice_names_file_and_env(tmp_path, monkeypatch, no_env, fake_table, error):
     folder = _put(tmp_path / "multi30k", [n for n in FAKE if n != "val.de.gz"])
     net = Network(error)
-    monkeypatch.setattr(data, "_fetch", net)
+    monkeypatch.setattr(multi30k, "_fetch", net)
     with pytest.raises(DataError, match=rf"Could not download val\.de\.gz .* in 2 attempts \({type(error).__name__}") as err:
         download_multi30k(tmp_path)
     assert "set the environment variable TRANSFORMER_BOOK_DATA=DIR" in str(err.value)
@@ -313,7 +314,7 @@ def test_broken_transfer_twice_names_file_and_env(tmp_path, monkeypatch, no_env,
 
 def test_no_network_and_no_copy_says_what_to_do(tmp_path, monkeypatch, no_env, fake_table):
     net = Network("down")
-    monkeypatch.setattr(data, "_fetch", net)
+    monkeypatch.setattr(multi30k, "_fetch", net)
     with pytest.raises(DataError) as err:
         download_multi30k(tmp_path)
     message = str(err.value)
@@ -332,7 +333,7 @@ def test_local_write_error_is_not_retried(tmp_path, monkeypatch, no_env, fake_ta
         calls.append(url)
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(data, "_fetch", disk_full)
+    monkeypatch.setattr(multi30k, "_fetch", disk_full)
     with pytest.raises(DataError, match=r"Could not write the download of train\.de\.gz into .*No space left"):
         download_multi30k(tmp_path)
     assert len(calls) == 1
@@ -345,7 +346,7 @@ def test_fetch_is_the_only_network_access(tmp_path, monkeypatch, no_env):
     def refuse(*args, **kwargs):
         raise urllib.error.URLError("refused")
 
-    monkeypatch.setattr(data.urllib.request, "urlopen", refuse)
+    monkeypatch.setattr(multi30k.urllib.request, "urlopen", refuse)
     with pytest.raises(DataError, match=r"train\.de\.gz"):
         download_multi30k(tmp_path)
 
@@ -377,15 +378,15 @@ def local_server():
 
 
 def test_fetch_copies_the_bytes(tmp_path, local_server):
-    data._fetch(f"{local_server}/full", tmp_path / "f")
+    multi30k._fetch(f"{local_server}/full", tmp_path / "f")
     assert (tmp_path / "f").read_bytes() == _Server.body
 
 
 def test_fetch_reports_a_body_that_stops_short(tmp_path, local_server):
     """http.client itself ends a short body quietly; _fetch turns it into an error that is retried."""
     with pytest.raises(ConnectionError, match=f"stopped after 1000 of {len(_Server.body)} bytes"):
-        data._fetch(f"{local_server}/short", tmp_path / "f")
-    assert isinstance(ConnectionError("x"), data._TRANSFER_ERRORS)
+        multi30k._fetch(f"{local_server}/short", tmp_path / "f")
+    assert isinstance(ConnectionError("x"), multi30k._TRANSFER_ERRORS)
 
 
 # --- loading ------------------------------------------------------------------------------------------------
@@ -683,34 +684,34 @@ def drip_server():
 
 
 def test_a_server_that_drips_bytes_hits_the_deadline(tmp_path, drip_server, monkeypatch):
-    monkeypatch.setattr(data, "_DOWNLOAD_DEADLINE_S", 2)
+    monkeypatch.setattr(multi30k, "_DOWNLOAD_DEADLINE_S", 2)
     start = time.monotonic()
     with pytest.raises(TimeoutError, match="took longer than 2 s"):
-        data._fetch(f"{drip_server}/x", tmp_path / "f")
+        multi30k._fetch(f"{drip_server}/x", tmp_path / "f")
     assert time.monotonic() - start < 10
 
 
 def test_a_server_that_drips_bytes_is_too_slow(tmp_path, drip_server, monkeypatch):
-    monkeypatch.setattr(data, "_RATE_GRACE_S", 1)
+    monkeypatch.setattr(multi30k, "_RATE_GRACE_S", 1)
     with pytest.raises(TimeoutError, match="too slow to finish"):
-        data._fetch(f"{drip_server}/x", tmp_path / "f")
-    assert isinstance(TimeoutError("x"), data._TRANSFER_ERRORS)
+        multi30k._fetch(f"{drip_server}/x", tmp_path / "f")
+    assert isinstance(TimeoutError("x"), multi30k._TRANSFER_ERRORS)
 
 
 def test_an_empty_data_variable_is_an_error_not_a_download(tmp_path, monkeypatch):
-    monkeypatch.setenv(data.DATA_ENV, "")
-    monkeypatch.setattr(data, "_fetch", lambda *args: pytest.fail("downloaded although the variable is set"))
+    monkeypatch.setenv(multi30k.DATA_ENV, "")
+    monkeypatch.setattr(multi30k, "_fetch", lambda *args: pytest.fail("downloaded although the variable is set"))
     with pytest.raises(DataError, match="is set but empty"):
         download_multi30k(tmp_path)
 
 
 def test_sigterm_during_a_download_leaves_no_part_file(tmp_path, drip_server):
     script = (
-        "import sys\nfrom transformer_book import data\n"
-        "data.MULTI30K_URL = sys.argv[1]\ndata.MULTI30K_FILES = {'x.gz': '0' * 64}\n"
-        "print('downloading', flush=True)\ndata.download_multi30k(sys.argv[2])\n"
+        "import sys\nfrom transformer_book import multi30k\n"
+        "multi30k.MULTI30K_URL = sys.argv[1]\nmulti30k.MULTI30K_FILES = {'x.gz': '0' * 64}\n"
+        "print('downloading', flush=True)\nmulti30k.download_multi30k(sys.argv[2])\n"
     )
-    env = {k: v for k, v in os.environ.items() if k != data.DATA_ENV}
+    env = {k: v for k, v in os.environ.items() if k != multi30k.DATA_ENV}
     env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1] / "src")
     child = subprocess.Popen([sys.executable, "-c", script, drip_server, str(tmp_path)], stdout=subprocess.PIPE,
                              text=True, env=env)

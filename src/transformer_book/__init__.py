@@ -34,6 +34,8 @@ _MODULE_OF = {
     "fit": "training",
     "greedy_decode": "decoding",
     "beam_search": "decoding",
+    "load_multi30k": "data",
+    "download_multi30k": "multi30k",
     "TransformerStack": "lm",
     "StackConfig": "lm",
     "generate": "generation",
@@ -45,6 +47,7 @@ _MODULE_OF = {
 
 if TYPE_CHECKING:  # editors and type checkers see the names without running __getattr__
     from .attention import scaled_dot_product_attention
+    from .data import load_multi30k
     from .decoding import beam_search, greedy_decode
     from .efficient import (
         GroupedQueryAttention,
@@ -57,6 +60,7 @@ if TYPE_CHECKING:  # editors and type checkers see the names without running __g
     from .lm import StackConfig, TransformerStack
     from .masking import Batch, causal_mask, padding_mask
     from .model import Transformer, TransformerConfig
+    from .multi30k import download_multi30k
     from .multihead import MultiHeadAttention
     from .positional import LearnedPositionalEmbedding, PositionalEncoding, sinusoidal_encoding
     from .recurrent import GRUCell, LSTMCell, RNNCell
@@ -100,6 +104,8 @@ __all__ = [
     "fit",
     "greedy_decode",
     "beam_search",
+    "load_multi30k",
+    "download_multi30k",
     "TransformerStack",
     "StackConfig",
     "generate",
