@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from torch import nn
 from torch.testing import assert_close
 
-from transformer_book.bert import bert_input, mask_tokens
+from transformer_book.bert import mask_tokens
 from transformer_book.generation import generate, sample_next, top_k_filter, top_p_filter
 from transformer_book.layers import GELUFeedForward, RMSNorm, RotaryMultiHeadAttention, SwiGLU, gelu, silu
 from transformer_book.lm import IGNORE_INDEX, RECIPES, StackConfig, StackLayer, TransformerStack
@@ -335,14 +335,6 @@ def test_sampling_follows_the_distribution():
 # --- BERT's input and masking ---------------------------------------------------------------------------------
 
 
-def test_bert_input_format():
-    tokens, segments = bert_input([7, 8], [9], cls_id=40, sep_id=41)
-    assert tokens.tolist() == [40, 7, 8, 41, 9, 41]
-    assert segments.tolist() == [0, 0, 0, 0, 1, 1]
-    tokens, segments = bert_input([7], None, cls_id=40, sep_id=41)
-    assert tokens.tolist() == [40, 7, 41] and segments.tolist() == [0, 0, 0]
-
-
 def test_mask_tokens_proportions_on_a_large_batch():
     specials = (*SPECIALS, 40, 41)
     tokens = torch.randint(4, 40, (400, 100))
@@ -389,7 +381,6 @@ def test_mask_tokens_shapes_and_labels(batch, length, seed):
     (lambda: sample_next(torch.zeros(1, 4), temperature=-0.5), "temperature"),
     (lambda: sample_next(torch.zeros(4), temperature=1.0), "shape"),
     (lambda: mask_tokens(torch.zeros(2, 3, dtype=torch.long), 5, SPECIALS, 6, mask_prob=0.0), "mask_prob"),
-    (lambda: bert_input([], None, 1, 2), "at least one token"),
     (lambda: CosineWarmupSchedule(torch.optim.SGD([nn.Parameter(torch.zeros(1))]), 5, 5), "total_steps"),
     (lambda: AdamW([nn.Parameter(torch.zeros(1))], betas=(0.9, 1.0)), "betas"),
     (lambda: clip_grad_norm([], 0.0), "max_norm"),

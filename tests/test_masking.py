@@ -448,12 +448,21 @@ def test_bert_pair_input_keeps_int32_and_the_device():
     assert mask.all()
 
 
+def test_bert_pair_input_of_single_sentences_is_cls_a_sep():
+    tokens, segments, mask = bert_pair_input(
+        [torch.tensor([5, 6]), torch.tensor([7])], None, cls_id=CLS_ID, sep_id=SEP_ID, pad_id=PAD_ID
+    )
+    assert tokens.tolist() == [[CLS_ID, 5, 6, SEP_ID], [CLS_ID, 7, SEP_ID, PAD_ID]]
+    assert segments.tolist() == [[0, 0, 0, 0], [0, 0, 0, 0]]
+    assert mask[:, 0, 0].tolist() == [[True] * 4, [True, True, True, False]]
+
+
 def test_bert_pair_input_rejects_bad_input():
     ids = {"cls_id": CLS_ID, "sep_id": SEP_ID, "pad_id": PAD_ID}
     a, b = torch.tensor([5, 6]), torch.tensor([7])
     with pytest.raises(ValueError, match="one sentence per pair; got 2 first and 1 second"):
         bert_pair_input([a, a], [b], **ids)
-    with pytest.raises(ValueError, match="at least one sentence pair"):
+    with pytest.raises(ValueError, match=r"at least one sentence \(pair\)"):
         bert_pair_input([], [], **ids)
     with pytest.raises(ValueError, match=r"second\[0\] contains the special id 2 .*adds the special tokens"):
         bert_pair_input([a], [torch.tensor([7, SEP_ID])], **ids)

@@ -141,32 +141,38 @@ def _check_pair_sentence(sentence: Tensor, which: str, specials: Tensor) -> None
 
 
 def bert_pair_input(
-    first: Sequence[Tensor], second: Sequence[Tensor], *, cls_id: int, sep_id: int, pad_id: int
+    first: Sequence[Tensor], second: Sequence[Tensor] | None = None, *, cls_id: int, sep_id: int, pad_id: int
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """BERT's input for B sentence pairs: [CLS] A [SEP] B [SEP], padded on the right.
+    """BERT's input for B sentence pairs, [CLS] A [SEP] B [SEP], or single sentences, [CLS] A [SEP], padded right.
 
-    first[b] and second[b] are the token ids (T_a,) and (T_b,) of pair b. Returns tokens (B, T) with T the longest
-    T_a + T_b + 3, segment ids (B, T) (0 for [CLS], A and the first [SEP], 1 for B and the second [SEP], 0 on
-    padding) and the padding mask (B, 1, 1, T), True = may be attended to.
+    first[b] and second[b] are the token ids (T_a,) and (T_b,) of pair b; second=None gives single sentences
+    (chapter 11's masked language model reads both kinds). Returns tokens (B, T), T the longest row, segment ids
+    (B, T) (0 for [CLS], A and the first [SEP], 1 for B and the second [SEP], 0 on padding) and the padding mask
+    (B, 1, 1, T), True = may be attended to.
     """
-    if len(first) != len(second):
+    if second is not None and len(first) != len(second):
         raise ValueError(
             f"first and second must hold one sentence per pair; got {len(first)} first and {len(second)} second "
             f"sentences"
         )
     if len(first) == 0:
-        raise ValueError("bert_pair_input needs at least one sentence pair; got none")
+        raise ValueError("bert_pair_input needs at least one sentence (pair); got none")
     if len({cls_id, sep_id, pad_id}) != 3:
         raise ValueError(f"cls_id, sep_id and pad_id must be three different ids; got {cls_id}, {sep_id}, {pad_id}")
     specials = torch.tensor([cls_id, sep_id, pad_id])
     rows, segments = [], []
-    for b, (a_ids, b_ids) in enumerate(zip(first, second)):
+    for b, a_ids in enumerate(first):
         _check_pair_sentence(a_ids, f"first[{b}]", specials)
-        _check_pair_sentence(b_ids, f"second[{b}]", specials)
-        if a_ids.dtype != b_ids.dtype:
-            raise TypeError(f"pair {b} mixes {a_ids.dtype} and {b_ids.dtype}; convert both with .long()")
         cls, sep = a_ids.new_tensor([cls_id]), a_ids.new_tensor([sep_id])
-        rows.append(torch.cat([cls, a_ids, sep, b_ids, sep]))  # (T_a + T_b + 3,): [CLS] A [SEP] B [SEP]
-        segments.append(torch.cat([a_ids.new_zeros(len(a_ids) + 2), a_ids.new_ones(len(b_ids) + 1)]))  # 0..0 1..1
+        row, segment = [cls, a_ids, sep], [a_ids.new_zeros(len(a_ids) + 2)]  # [CLS] A [SEP]: segment 0
+        if second is not None:
+            b_ids = second[b]
+            _check_pair_sentence(b_ids, f"second[{b}]", specials)
+            if a_ids.dtype != b_ids.dtype:
+                raise TypeError(f"pair {b} mixes {a_ids.dtype} and {b_ids.dtype}; convert both with .long()")
+            row += [b_ids, sep]  # then B [SEP]: segment 1
+            segment.append(a_ids.new_ones(len(b_ids) + 1))
+        rows.append(torch.cat(row))  # (T_a + 2,) or (T_a + T_b + 3,)
+        segments.append(torch.cat(segment))  # 0..0 or 0..0 1..1
     tokens = pad_sequences(rows, pad_id)  # (B, T)
     return tokens, pad_sequences(segments, 0), padding_mask(tokens, pad_id)  # (B, T), (B, T), (B, 1, 1, T)
