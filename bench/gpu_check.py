@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
         torch.cuda.synchronize(device)
         done = train(preset, Path(tmp), device=device, max_steps=args.steps, progress=False)
         torch.cuda.synchronize(device)
-        state, before = done["train_state"], warm["train_state"]
+        state, before = done.to_json()["train_state"], warm.to_json()["train_state"]
         seconds = state["train_seconds"] - before["train_seconds"]
         tokens = state["tokens_seen"] - before["tokens_seen"]
         tokenizer = data.load_tokenizer(Path(tmp) / "tokenizer.json")

@@ -37,7 +37,7 @@ preset = dataclasses.replace(PRESETS["smoke"], dropout=0.0, train_subset=160, ma
 device = start_distributed()
 run = train(preset, sys.argv[1], device=device, max_steps=int(sys.argv[3]), progress=False)
 if dist.get_rank() == 0:
-    json.dump(run["train_state"], open(sys.argv[2], "w"))
+    json.dump(run.to_json()["train_state"], open(sys.argv[2], "w"))
 dist.destroy_process_group()
 """
 
@@ -66,13 +66,13 @@ def test_two_processes_match_one_and_their_checkpoint_resumes_in_one(tmp_path):
     result = torchrun("worker.py", str(tmp_path / "ddp"), str(tmp_path / "ddp.json"), str(STEPS), cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     two = json.loads((tmp_path / "ddp.json").read_text())
-    one = train(PRESET, tmp_path / "single", device=CPU, max_steps=STEPS, progress=False)["train_state"]
+    one = train(PRESET, tmp_path / "single", device=CPU, max_steps=STEPS, progress=False).to_json()["train_state"]
     assert two["step"] == one["step"] == STEPS
     assert two["tokens_seen"] == one["tokens_seen"]  # the shards together saw every target token
     torch.testing.assert_close(torch.tensor(two["losses"]), torch.tensor(one["losses"]), rtol=0, atol=1e-5)
     # Process 0 alone wrote the checkpoint; one process resumes it and goes on.
     assert sorted(p.name for p in (tmp_path / "ddp").iterdir()) == [".lock", "best", "last", "tokenizer.json"]
-    resumed = train(PRESET, tmp_path / "ddp", device=CPU, max_steps=STEPS + 2, progress=False)["train_state"]
+    resumed = train(PRESET, tmp_path / "ddp", device=CPU, max_steps=STEPS + 2, progress=False).to_json()["train_state"]
     assert resumed["step"] == STEPS + 2 and resumed["losses"][:STEPS] == two["losses"]
 
 

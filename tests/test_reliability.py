@@ -35,7 +35,7 @@ def saved(tmp_path):
     tokenizer = data.train_tokenizer(["ein hund läuft", "a dog runs"] * 40, vocab_size=60)
     data.save_tokenizer(tokenizer, tmp_path / "tok.json")
     model = small_model(0, tokenizer.get_vocab_size())
-    path = save_checkpoint(tmp_path / "ckpt", model, None, {}, tmp_path / "tok.json")
+    path = save_checkpoint(tmp_path / "ckpt", model, None, None, tmp_path / "tok.json")
     return model, path, tmp_path / "tok.json"
 
 
@@ -89,7 +89,7 @@ def test_a_reader_during_saves_never_sees_a_torn_checkpoint(saved):
 
     def keep_saving():
         while not stop.is_set():
-            save_checkpoint(path, models[saves[0] % 2], None, {}, tokenizer_file)
+            save_checkpoint(path, models[saves[0] % 2], None, None, tokenizer_file)
             saves[0] += 1
             stop.wait(0.01)  # a training run saves every few minutes; here a hundred times a second
 

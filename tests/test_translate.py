@@ -13,7 +13,7 @@ from conftest import needs_data
 
 from transformer_book import checkpoint, data
 from transformer_book import run as run_module
-from transformer_book.checkpoint import average_checkpoints, load_checkpoint, save_checkpoint
+from transformer_book.checkpoint import RunRecord, average_checkpoints, load_checkpoint, save_checkpoint
 from transformer_book.cli import main as cli_main
 from transformer_book.decoding import beam_search
 from transformer_book.model import Transformer
@@ -63,6 +63,9 @@ def test_amp_dtype_on_a_gpu_ignores_emulated_bfloat16(monkeypatch, native_bf16, 
     assert pick_amp_dtype(torch.device("cuda")) == expected
 
 
+NOTE = RunRecord(preset={"name": "test"}, device="cpu", amp="None")
+
+
 @pytest.fixture()
 def small_checkpoint(tmp_path):
     torch.manual_seed(0)
@@ -72,7 +75,7 @@ def small_checkpoint(tmp_path):
     optimizer = torch.optim.Adam(model.parameters())
     model(torch.tensor([[5, 6, 2]]), torch.tensor([[1, 5]])).sum().backward()
     optimizer.step()
-    path = save_checkpoint(tmp_path / "ckpt", model, optimizer, {"note": "test"}, tmp_path / "tok.json")
+    path = save_checkpoint(tmp_path / "ckpt", model, optimizer, NOTE, tmp_path / "tok.json")
     return model, path
 
 
@@ -81,7 +84,7 @@ def test_checkpoint_round_trip_gives_identical_logits(small_checkpoint):
     reloaded, info = load_checkpoint(path)
     src, tgt = torch.tensor([[5, 6, 7, 2]]), torch.tensor([[1, 8, 9]])
     torch.testing.assert_close(reloaded.eval()(src, tgt), model(src, tgt), rtol=0, atol=0)
-    assert info["note"] == "test" and not (path.parent / "ckpt.tmp").exists()
+    assert info.record == NOTE and not (path.parent / "ckpt.tmp").exists()
 
 
 def test_checkpoint_from_another_config_is_refused(small_checkpoint):
@@ -136,10 +139,10 @@ def test_save_that_fails_half_way_keeps_the_previous_checkpoint(small_checkpoint
         for p in model.parameters():
             p.add_(1.0)  # the new checkpoint would hold other weights
     with pytest.raises(OSError, match="disk full"):
-        save_checkpoint(path, model, torch.optim.Adam(model.parameters()), {}, path / "tokenizer.json")
+        save_checkpoint(path, model, torch.optim.Adam(model.parameters()), None, path / "tokenizer.json")
     assert (path / "model.safetensors").read_bytes() == before
     reloaded, info = load_checkpoint(path)
-    assert info["note"] == "test"
+    assert info.record == NOTE
 
 
 def test_translator_checks_its_arguments_and_moves_the_model(small_checkpoint):
@@ -175,26 +178,26 @@ def test_interrupted_save_falls_back_to_the_old_checkpoint(small_checkpoint):
 def test_resume_after_interruption_gives_the_same_final_loss(tmp_path, capsys):
     whole = train(TINY, tmp_path / "whole", device=CPU, progress=False)
     assert capsys.readouterr().out == "", "the package prints nothing unless given log="
-    steps = whole["train_state"]["step"]
+    steps = whole.train_state.step
     assert steps > 6
     first = train(TINY, tmp_path / "split", device=CPU, progress=False, log=lambda *_: None, max_steps=steps // 2 + 1)
-    assert first["train_state"]["step"] == steps // 2 + 1
+    assert first.train_state.step == steps // 2 + 1
     resumed = train(TINY, tmp_path / "split", device=CPU, progress=False, log=lambda *_: None)
-    assert resumed["train_state"]["step"] == steps
-    assert resumed["train_state"]["losses"] == whole["train_state"]["losses"]  # bit for bit
+    assert resumed.train_state.step == steps
+    assert resumed.train_state.losses == whole.train_state.losses  # bit for bit
 
 
 @needs_data
 def test_float16_resume_restores_the_gradient_scaler(tmp_path):
     fp16 = dataclasses.replace(TINY, amp="float16")
     whole = train(fp16, tmp_path / "whole", device=CPU, progress=False)
-    steps = whole["train_state"]["step"]
+    steps = whole.train_state.step
     train(fp16, tmp_path / "split", device=CPU, progress=False, max_steps=steps // 2)
     saved = json.loads((tmp_path / "split" / "last" / "checkpoint.json").read_text())
     assert saved["scaler"]["scale"] > 0 and "_growth_tracker" in saved["scaler"]
     resumed = train(fp16, tmp_path / "split", device=CPU, progress=False)
-    assert resumed["scaler"] == whole["scaler"]
-    assert resumed["train_state"]["losses"] == whole["train_state"]["losses"]
+    assert resumed.scaler == whole.scaler
+    assert resumed.train_state.losses == whole.train_state.losses
 
 
 @needs_data
@@ -211,8 +214,8 @@ def test_gpu_code_path_with_float16_and_a_scaler_runs_on_cpu(tmp_path):
     # older GPU would use, so the gradient-scaler branch of fit runs.
     gpu = dataclasses.replace(PRESETS["gpu"], amp="float16", train_subset=64, max_tokens=300, vocab_size=400)
     run = train(gpu, tmp_path / "gpu", device=CPU, progress=False, log=lambda *_: None, max_steps=2)
-    assert run["amp"] == "torch.float16" and run["train_state"]["step"] == 2
-    assert all(torch.isfinite(torch.tensor(run["train_state"]["losses"])))
+    assert run.amp == "torch.float16" and run.train_state.step == 2
+    assert all(torch.isfinite(torch.tensor(run.train_state.losses)))
 
 
 @needs_data
@@ -258,14 +261,14 @@ def test_translator_and_command_line(tmp_path):
 
 @needs_data
 def test_copy_to_keeps_the_run_and_a_new_session_resumes_from_it(tmp_path, monkeypatch):
-    from transformer_book import run as run_module
+    from transformer_book import runfolder
 
     copies = []
-    real_copy = run_module.copy_run
-    monkeypatch.setattr(run_module, "copy_run", lambda *args: (copies.append(args), real_copy(*args)))
+    real_copy = runfolder.copy_run
+    monkeypatch.setattr(runfolder, "copy_run", lambda *args: (copies.append(args), real_copy(*args)))
     lines = []
     first = train(TINY, tmp_path / "session1", device=CPU, progress=False, max_steps=3, copy_to=tmp_path / "drive")
-    assert first["train_state"]["step"] == 3
+    assert first.train_state.step == 3
     assert len(copies) == 2  # when the run stopped, and at its end; none between (every 20 minutes)
     assert sorted(p.name for p in (tmp_path / "drive").iterdir()) == ["best", "last", "tokenizer.json"]
     # A new session: the run's own folder is gone, the copy is not.
@@ -274,13 +277,13 @@ def test_copy_to_keeps_the_run_and_a_new_session_resumes_from_it(tmp_path, monke
     assert any("copied the run saved in" in line for line in lines)
     assert any("resuming" in line and "at step 3" in line for line in lines)
     whole = train(TINY, tmp_path / "whole", device=CPU, progress=False)
-    assert resumed["train_state"]["losses"] == whole["train_state"]["losses"]
+    assert resumed.train_state.losses == whole.train_state.losses
     saved = json.loads((tmp_path / "drive" / "last" / "checkpoint.json").read_text())
-    assert saved["train_state"]["step"] == whole["train_state"]["step"]
+    assert saved["train_state"]["step"] == whole.train_state.step
 
 
 def test_copy_run_replaces_each_part_and_recovers_an_interrupted_save(tmp_path):
-    from transformer_book.run import copy_run
+    from transformer_book.runfolder import copy_run
 
     source, target = tmp_path / "run", tmp_path / "copy"
     (source / "last.old").mkdir(parents=True)  # a save interrupted between its two renames
@@ -310,11 +313,11 @@ def test_the_amp_variable_replaces_the_presets_arithmetic(monkeypatch):
 def test_average_checkpoints_is_the_mean_of_every_weight(small_checkpoint, tmp_path):
     model, path = small_checkpoint
     other = Transformer(model.config)  # another initialisation, same configuration
-    other_path = save_checkpoint(tmp_path / "other", other, None, {}, path / "tokenizer.json")
+    other_path = save_checkpoint(tmp_path / "other", other, None, None, path / "tokenizer.json")
     averaged, info = average_checkpoints([path, other_path])
     for name, weight in averaged.state_dict().items():
         torch.testing.assert_close(weight, (model.state_dict()[name] + other.state_dict()[name]) / 2)
-    assert info["averaged"] == [str(path), str(other_path)]
+    assert info.averaged == (str(path), str(other_path))
     alone, _ = average_checkpoints([path])
     assert all(torch.equal(w, model.state_dict()[n]) for n, w in alone.state_dict().items())
     with pytest.raises(ValueError, match="at least one checkpoint folder"):
@@ -324,7 +327,7 @@ def test_average_checkpoints_is_the_mean_of_every_weight(small_checkpoint, tmp_p
 def test_average_checkpoints_refuses_checkpoints_of_different_runs(small_checkpoint, tmp_path):
     model, path = small_checkpoint
     wider = Transformer(dataclasses.replace(model.config, d_ff=model.config.d_ff * 2))
-    wider_path = save_checkpoint(tmp_path / "wider", wider, None, {}, path / "tokenizer.json")
+    wider_path = save_checkpoint(tmp_path / "wider", wider, None, None, path / "tokenizer.json")
     with pytest.raises(ValueError, match="another configuration or tokenizer"):
         average_checkpoints([path, wider_path])
 

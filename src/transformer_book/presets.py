@@ -10,8 +10,9 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from . import data
+from .checks import check_choice
 from .model import TransformerConfig
+from .tokens import PAD_ID
 
 # %% ../../chapters/10_training_on_gpu.ipynb #73018a08
 def pick_device() -> torch.device:
@@ -76,17 +77,19 @@ PRESETS: dict[str, Preset] = {
 AMP_CHOICES = ("auto", "bfloat16", "float16", "off")  # see pick_amp_dtype
 
 
-def choose_preset(name: str | None = None, device: torch.device | None = None) -> Preset:
+def choose_preset(name: str | None = None, device: torch.device | None = None, amp: str | None = None) -> Preset:
     """The preset named by `name` or TRANSFORMER_BOOK_PRESET; by default gpu with CUDA, else cpu.
 
-    TRANSFORMER_BOOK_AMP, when set, replaces the preset's `amp`: "off" trains in float32 even on a CPU that has
-    bfloat16 instructions, as an ordinary CPU would.
+    amp, when given, replaces the preset's `amp` ("off" trains in float32 even on a CPU that has bfloat16
+    instructions, as an ordinary CPU would); without it, TRANSFORMER_BOOK_AMP does when set.
     """
     name = name or os.environ.get("TRANSFORMER_BOOK_PRESET")
     if not name:
         name = "gpu" if (device or pick_device()).type == "cuda" else "cpu"
     if name not in PRESETS:
         raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
+    if amp is not None:
+        return replace(PRESETS[name], amp=check_choice("amp", amp, AMP_CHOICES))
     amp = os.environ.get("TRANSFORMER_BOOK_AMP")
     if amp is None or amp == PRESETS[name].amp:
         return PRESETS[name]
@@ -101,7 +104,7 @@ def model_config(preset: Preset, vocab_size: int) -> TransformerConfig:
         src_vocab_size=vocab_size, tgt_vocab_size=vocab_size, d_model=preset.d_model,
         num_heads=preset.num_heads, num_encoder_layers=preset.num_layers, num_decoder_layers=preset.num_layers,
         d_ff=preset.d_ff, dropout=preset.dropout, max_len=preset.max_sentence_tokens + 2,
-        norm_first=preset.norm_first, tie_embeddings=True, pad_id=data.PAD_ID,
+        norm_first=preset.norm_first, tie_embeddings=True, pad_id=PAD_ID,
     )
 
 # %% ../../chapters/10_training_on_gpu.ipynb #ccd26899

@@ -14,11 +14,12 @@ import torch
 from tokenizers import Tokenizer
 
 from . import data
-from .checkpoint import load_checkpoint
+from .checkpoint import Checkpoint, load_checkpoint
 from .decoding import beam_search, greedy_decode
 from .masking import pad_sequences
 from .model import Transformer
 from .presets import pick_device
+from .tokens import BOS_ID, EOS_ID, PAD_ID
 
 # %% ../../chapters/10_training_on_gpu.ipynb #0689cc7c
 class Translator:
@@ -36,8 +37,12 @@ class Translator:
     def from_checkpoint(cls, path: str | Path, device: torch.device | str | None = None) -> "Translator":
         """Load a checkpoint folder written by `train` (the command line's default: runs/multi30k/best)."""
         device = torch.device(device) if device is not None else pick_device()
-        model, info = load_checkpoint(path, device)
-        tokenizer = data.load_tokenizer(Path(info["path"]) / "tokenizer.json")  # the folder actually read
+        return cls.from_loaded(*load_checkpoint(path, device), device)
+
+    @classmethod
+    def from_loaded(cls, model: Transformer, checkpoint: Checkpoint, device: torch.device | str) -> "Translator":
+        """The Translator of a model and the Checkpoint load_checkpoint returned with it (its verified tokenizer)."""
+        tokenizer = checkpoint.tokenizer
         if tokenizer.get_vocab_size() != model.config.src_vocab_size:
             raise ValueError(
                 f"the tokenizer has {tokenizer.get_vocab_size()} tokens but the model expects "
@@ -55,7 +60,7 @@ class Translator:
                 f"{self.max_src_tokens}; it was truncated (split long texts into sentences)", stacklevel=3,
             )
             ids = ids[: self.max_src_tokens]
-        return ids + [data.EOS_ID]
+        return ids + [EOS_ID]
 
     @torch.no_grad()
     def translate(
@@ -82,13 +87,13 @@ class Translator:
         todo = sorted(((i, self._encode(s)) for i, s in enumerate(sentences) if s.strip()), key=lambda t: len(t[1]))
         for start in range(0, len(todo), self.batch_size):
             chunk = todo[start : start + self.batch_size]
-            src = pad_sequences([torch.tensor(ids) for _, ids in chunk], data.PAD_ID).to(self.device)  # (B, T_src)
+            src = pad_sequences([torch.tensor(ids) for _, ids in chunk], PAD_ID).to(self.device)  # (B, T_src)
             limit = max_new_tokens or min(src.size(1) + 50, longest)
             if beam_size == 1:
-                out = greedy_decode(self.model, src, limit, data.BOS_ID, data.EOS_ID)  # (B, 1 + T_out)
+                out = greedy_decode(self.model, src, limit, BOS_ID, EOS_ID)  # (B, 1 + T_out)
             else:
                 out = beam_search(
-                    self.model, src, beam_size, limit, data.BOS_ID, data.EOS_ID, length_penalty
+                    self.model, src, beam_size, limit, BOS_ID, EOS_ID, length_penalty
                 )  # (B, 1 + T_out)
             for (i, _), row in zip(chunk, out.tolist()):
                 results[i] = data.decode(self.tokenizer, row)

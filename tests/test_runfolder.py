@@ -1,0 +1,217 @@
+"""The run folder and the run's record: RunRecord in checkpoint.json (old files included), the verified tokenizer,
+amp passed down from the command line, the beam width from the preset, and the size of chapter 10's modules."""
+
+from __future__ import annotations
+
+import ast
+import copy
+import dataclasses
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import needs_data
+
+from transformer_book import cli, data, runfolder
+from transformer_book.checkpoint import RunRecord, load_checkpoint, save_checkpoint
+from transformer_book.model import Transformer
+from transformer_book.presets import PRESETS, choose_preset, model_config
+from transformer_book.run import train
+from transformer_book.training import TrainState
+from transformer_book.translate import Translator
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+CPU = torch.device("cpu")
+TINY = dataclasses.replace(PRESETS["smoke"], train_subset=160, epochs=1, val_bleu_sentences=8, max_tokens=400)
+
+# checkpoint.json of `last/` as the version before RunRecord wrote it (a smoke run stopped by --max-steps 3);
+# Adam's param_groups and the losses shortened.
+OLD_CHECKPOINT_JSON = """{"preset": {"name": "smoke", "d_model": 32, "num_heads": 2, "num_layers": 1, "d_ff": 64,
+ "dropout": 0.1, "vocab_size": 500, "max_tokens": 600, "epochs": 2, "warmup_steps": 10, "lr_factor": 2.0,
+ "label_smoothing": 0.1, "max_sentence_tokens": 128, "norm_first": true, "train_subset": 400,
+ "val_bleu_sentences": 20, "time_limit_minutes": null, "beam_size": 2, "average_last": 5, "seed": 0, "amp": "auto"},
+ "history": [], "device": "cpu", "amp": "torch.bfloat16", "stopped": "max_steps=3",
+ "train_state": {"step": 3, "epoch": 0, "batch_in_epoch": 3, "losses": [6.841833591461182, 6.440186500549316,
+ 6.272458553314209], "tokens_seen": 1110, "train_seconds": 0.19769534099941666, "skipped_steps": 0},
+ "param_groups": [], "config": {"src_vocab_size": 500, "tgt_vocab_size": 500, "d_model": 32, "num_heads": 2,
+ "num_encoder_layers": 1, "num_decoder_layers": 1, "d_ff": 64, "dropout": 0.1, "max_len": 130, "norm_first": true,
+ "tie_embeddings": true, "pad_id": 0},
+ "tokenizer_sha256": "05727d68b83541fdec3e3562049e56a7fe38f0ee7376cf2f69c12bd9149572d6",
+ "files": {"tokenizer.json": "05727d68b83541fdec3e3562049e56a7fe38f0ee7376cf2f69c12bd9149572d6"}}"""
+CHECKPOINT_KEYS = {"param_groups", "config", "tokenizer_sha256", "files"}  # written by save_checkpoint, not the record
+
+
+def test_run_record_round_trips_through_json():
+    record = RunRecord(
+        preset=dataclasses.asdict(TINY), device="cpu", amp="torch.float16", history=[{"epoch": 1.0, "val_bleu": 3.5}],
+        train_state=TrainState(step=7, epoch=1, batch_in_epoch=2, losses=[2.5, 2.25], tokens_seen=99,
+                               train_seconds=1.5, skipped_steps=1),
+        scaler={"scale": 1024.0, "_growth_tracker": 3}, stopped="time limit", scored_partial=True,
+    )
+    text = json.dumps(record.to_json())
+    assert RunRecord.from_json(json.loads(text), "run/last") == record
+    bare = RunRecord(preset={"name": "x"}, device="cpu", amp="None")
+    assert set(bare.to_json()) == {"preset", "history", "device", "amp", "train_state"}  # optional keys only when set
+    assert RunRecord.from_json(bare.to_json(), "run/last") == bare
+
+
+def test_a_checkpoint_json_of_the_previous_version_reads_as_a_record():
+    old = json.loads(OLD_CHECKPOINT_JSON)
+    record = RunRecord.from_json(old, "runs/old/last")
+    assert record.preset == dataclasses.asdict(PRESETS["smoke"]) and record.amp == "torch.bfloat16"
+    assert record.train_state == TrainState(**old["train_state"]) and record.stopped == "max_steps=3"
+    assert record.scaler is None and not record.scored_partial and record.history == []
+    assert record.to_json() == {k: v for k, v in old.items() if k not in CHECKPOINT_KEYS}  # the same keys back
+
+
+def test_a_record_without_its_training_state_names_the_file_and_what_is_missing():
+    old = json.loads(OLD_CHECKPOINT_JSON)
+    del old["train_state"]
+    with pytest.raises(ValueError, match=r"runs/old/last/checkpoint\.json has no \['train_state'\]"):
+        RunRecord.from_json(old, "runs/old/last")
+
+
+@needs_data
+def test_a_run_folder_written_in_the_old_format_resumes(tmp_path):
+    train(TINY, tmp_path / "whole", device=CPU, progress=False)
+    whole = RunRecord.from_json(json.loads((tmp_path / "whole" / "last" / "checkpoint.json").read_text()), "whole")
+    train(TINY, tmp_path / "old", device=CPU, progress=False, max_steps=3)
+    info_file = tmp_path / "old" / "last" / "checkpoint.json"
+    info = json.loads(info_file.read_text())
+    old = json.loads(OLD_CHECKPOINT_JSON)
+    assert set(info) == set(old)  # the keys the previous version wrote, and no others
+    info_file.write_text(json.dumps({key: info[key] for key in old}))  # in the previous version's key order
+    lines = []
+    resumed = train(TINY, tmp_path / "old", device=CPU, progress=False, log=lines.append)
+    assert "at step 3" in lines[0]
+    assert resumed.train_state.losses == whole.train_state.losses
+
+
+def _tiny_checkpoint(folder: Path) -> tuple[Transformer, Path]:
+    torch.manual_seed(0)
+    tokenizer = data.train_tokenizer(["ein hund läuft", "a dog runs"] * 40, vocab_size=60)
+    data.save_tokenizer(tokenizer, folder / "tok.json")
+    model = Transformer(model_config(PRESETS["smoke"], tokenizer.get_vocab_size())).eval()
+    record = RunRecord(preset=dataclasses.asdict(PRESETS["smoke"]), device="cpu", amp="None")
+    return model, save_checkpoint(folder / "ckpt", model, None, record, folder / "tok.json")
+
+
+def test_the_loader_returns_the_verified_tokenizer_and_nobody_reads_it_again(tmp_path, monkeypatch):
+    _, path = _tiny_checkpoint(tmp_path)
+    reads = []
+    real_read = runfolder.read_tokenizer
+    monkeypatch.setattr(runfolder, "read_tokenizer", lambda *args: (reads.append(args), real_read(*args))[1])
+    from transformer_book import checkpoint
+
+    monkeypatch.setattr(checkpoint, "read_tokenizer", runfolder.read_tokenizer)
+
+    def no_second_read(*args, **kwargs):
+        raise AssertionError("tokenizer.json was read again after the loader checked it")
+
+    monkeypatch.setattr(data, "load_tokenizer", no_second_read)
+    _, saved = load_checkpoint(path)
+    assert len(reads) == 1 and reads[0][1] == saved.tokenizer_sha256
+    expected = data.train_tokenizer(["ein hund läuft", "a dog runs"] * 40, vocab_size=60)
+    assert saved.tokenizer.encode("ein hund").ids == expected.encode("ein hund").ids
+    translator = Translator.from_checkpoint(path, CPU)  # the loader's tokenizer, not another read of the file
+    assert isinstance(translator.translate("ein hund", beam_size=1, max_new_tokens=3), str)
+    assert len(reads) == 2  # one read per load
+
+
+def test_read_tokenizer_checks_the_bytes_it_builds_from(tmp_path):
+    data.save_tokenizer(data.train_tokenizer(["ein hund", "a dog"] * 40, vocab_size=40), tmp_path / "tokenizer.json")
+    first = runfolder.read_tokenizer(tmp_path / "tokenizer.json")
+    assert runfolder.read_tokenizer(tmp_path / "tokenizer.json", first.sha256).sha256 == first.sha256
+    with pytest.raises(runfolder.ChangedDuringRead, match="not the tokenizer this model was trained with"):
+        runfolder.read_tokenizer(tmp_path / "tokenizer.json", "0" * 64)
+    with pytest.raises(FileNotFoundError, match="copy the checkpoint folder whole"):
+        runfolder.read_tokenizer(tmp_path / "missing.json")
+
+
+def test_snapshots_are_named_by_step_and_pruned_to_the_last_ones(tmp_path):
+    for step in (5, 40, 300, 2000):
+        runfolder.snapshot_path(tmp_path, step).mkdir(parents=True)
+    runfolder.prune_snapshots(tmp_path, keep=3)
+    assert [p.name for p in runfolder.last_snapshots(tmp_path / "snapshots", 2)] == ["step-000300", "step-002000"]
+    assert len(runfolder.last_snapshots(tmp_path / "snapshots", 10)) == 3
+    assert runfolder.last_snapshots(tmp_path / "snapshots", 0) == []
+
+
+def test_amp_is_an_argument_and_the_command_line_writes_no_environment(monkeypatch):
+    monkeypatch.delenv("TRANSFORMER_BOOK_AMP", raising=False)
+    assert choose_preset("cpu", amp="off").amp == "off"
+    with pytest.raises(ValueError, match="amp must be one of"):
+        choose_preset("cpu", amp="fp8")
+    monkeypatch.setenv("TRANSFORMER_BOOK_AMP", "bfloat16")
+    assert choose_preset("cpu", amp="off").amp == "off"  # the argument wins over the environment's default
+    monkeypatch.delenv("TRANSFORMER_BOOK_AMP")
+    seen = {}
+
+    def fake_train(preset, out, **kwargs):
+        seen.update(kwargs)
+        return RunRecord(preset={}, device="cpu", amp="None")
+
+    monkeypatch.setattr(cli, "train", fake_train)
+    before = dict(os.environ)
+    assert cli.main(["train", "--preset", "smoke", "--out", "unused", "--amp", "off"]) == 0
+    assert seen["amp"] == "off" and dict(os.environ) == before
+
+
+def test_no_module_of_the_package_writes_the_environment():
+    writes = re.compile(r"os\.environ\[[^\]]+\]\s*=|os\.environ\.(setdefault|update|pop)\(|os\.putenv\(")
+    offenders = [f.name for f in (REPO_ROOT / "src" / "transformer_book").glob("*.py")
+                 if f.name != "__main__.py" and writes.search(f.read_text(encoding="utf-8"))]
+    assert not offenders, offenders
+
+
+def test_the_command_line_decodes_with_the_presets_beam_unless_told(tmp_path, monkeypatch, capsys):
+    _, path = _tiny_checkpoint(tmp_path)
+    beams = []
+    real = Translator.translate
+    monkeypatch.setattr(Translator, "translate", lambda self, s, beam_size=4, *a, **k: (
+        beams.append(beam_size), real(self, s, 1, 3))[1])
+    assert cli.main(["translate", "--checkpoint", str(path), "ein hund"]) == 0
+    assert cli.main(["translate", "--checkpoint", str(path), "--beam-size", "3", "ein hund"]) == 0
+    assert beams == [PRESETS["smoke"].beam_size, 3]
+    info = json.loads((path / "checkpoint.json").read_text())
+    without = copy.deepcopy(info)
+    del without["preset"], without["train_state"]  # a checkpoint saved by hand records no preset
+    (path / "checkpoint.json").write_text(json.dumps(without))
+    assert cli.main(["translate", "--checkpoint", str(path), "ein hund"]) == 0
+    assert beams[-1] == PRESETS["cpu"].beam_size
+
+
+def _modules_of(notebook: Path) -> set[str]:
+    cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
+    sources = ["".join(c["source"]) for c in cells if c["cell_type"] == "code"]
+    default = next(m.group(1) for s in sources if (m := re.search(r"^#\|\s*default_exp\s+(\w+)", s, re.M)))
+    named = {m for s in sources for m in re.findall(r"^#\|\s*exports?\s+(\w+)\s*$", s, re.M)}
+    plain = any(re.search(r"^#\|\s*exports?\s*$", s, re.M) for s in sources)
+    return named | ({default} if plain else set())
+
+
+@pytest.mark.parametrize("notebook", ["10_training_on_gpu.ipynb", "10b_engineering_the_run.ipynb"])
+def test_chapter_10s_modules_stay_small(notebook):
+    modules = _modules_of(REPO_ROOT / "chapters" / notebook)
+    assert modules, notebook
+    problems = []
+    for module in sorted(modules):
+        text = (REPO_ROOT / "src" / "transformer_book" / f"{module}.py").read_text(encoding="utf-8")
+        if (lines := len(text.splitlines())) > 350:
+            problems.append(f"{module}.py has {lines} lines (at most 350)")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                start = node.decorator_list[0].lineno if node.decorator_list else node.lineno
+                if (length := node.end_lineno - start + 1) > 80:
+                    problems.append(f"{module}.{node.name} has {length} lines (at most 80)")
+    assert not problems, problems
+
+
+def test_train_reads_as_named_steps_of_at_most_60_lines():
+    tree = ast.parse((REPO_ROOT / "src" / "transformer_book" / "run.py").read_text(encoding="utf-8"))
+    functions = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+    for name in ("train", "prepare_data", "build_or_resume", "train_epochs", "evaluate_and_save", "finish"):
+        assert functions[name].end_lineno - functions[name].lineno + 1 <= 60, name
