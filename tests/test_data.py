@@ -22,19 +22,13 @@ import transformer_book.data as data
 import transformer_book.multi30k as multi30k
 from transformer_book.data import (
     BOS_ID,
-    DATA_ENV,
     EOS_ID,
-    MULTI30K_COMMIT,
-    MULTI30K_FILES,
-    MULTI30K_URL,
     PAD_ID,
     SPECIAL_TOKENS,
     SPLITS,
     UNK_ID,
-    DataError,
     batch_by_tokens,
     decode,
-    download_multi30k,
     encode,
     encode_pairs,
     load_multi30k,
@@ -44,6 +38,14 @@ from transformer_book.data import (
     save_tokenizer,
     token_buckets,
     train_tokenizer,
+)
+from transformer_book.multi30k import (
+    DATA_ENV,
+    MULTI30K_COMMIT,
+    MULTI30K_FILES,
+    MULTI30K_URL,
+    DataError,
+    download_multi30k,
 )
 
 # The shared copy of Multi30k: $TRANSFORMER_BOOK_DATA/multi30k, or ../shared/data/multi30k next to the repository.

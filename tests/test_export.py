@@ -5,6 +5,7 @@ the first cell).
 
 from __future__ import annotations
 
+import json
 import sys
 from importlib import import_module
 from pathlib import Path
@@ -68,13 +69,27 @@ def test_init_lists_only_existing_modules(tmp_path):
     package = tmp_path / "pkg"
     package.mkdir()
     (package / "recurrent.py").write_text("__all__ = ['RNNCell', 'LSTMCell', 'GRUCell', 'helper']\n", encoding="utf-8")
-    init = export.render_init(package, "9.9.9")
+    wanted = {"recurrent": ["RNNCell", "LSTMCell", "GRUCell"], "attention": ["scaled_dot_product_attention"]}
+    init = export.render_init(package, "9.9.9", wanted)
     assert '__version__ = "9.9.9"' in init
     assert "from .recurrent import GRUCell, LSTMCell, RNNCell" in init
     assert "attention" not in init
     (package / "attention.py").write_text("__all__ = ['something_else']\n", encoding="utf-8")
     with pytest.raises(export.ExportError, match="does not export scaled_dot_product_attention"):
-        export.render_init(package, "9.9.9")
+        export.render_init(package, "9.9.9", wanted)
+
+
+def test_public_names_are_read_from_the_notebooks(tmp_path):
+    def cell(text):
+        return {"cell_type": "code", "source": text.splitlines(keepends=True)}
+
+    cells = [cell("#| default_exp model\nimport torch"), cell("#| export\n#| public Transformer, TransformerConfig\nx = 1"),
+             cell("#| export interop\n#| public to_torch_transformer\ny = 2"), cell("#| public in a comment only")]
+    (tmp_path / "06_x.ipynb").write_text(json.dumps({"cells": cells}), encoding="utf-8")
+    assert export.public_names(tmp_path) == {
+        "model": ["Transformer", "TransformerConfig"],  # the last cell exports nothing: its line declares nothing
+        "interop": ["to_torch_transformer"],
+    }
 
 
 def test_init_wraps_an_import_longer_than_a_line_and_every_main_name_imports():
@@ -83,7 +98,7 @@ def test_init_wraps_an_import_longer_than_a_line_and_every_main_name_imports():
     assert "    from .efficient import (\n        GroupedQueryAttention,\n" in init  # too long for one line
     import transformer_book
 
-    for module, names in export.MAIN_NAMES.items():
+    for module, names in export.public_names(REPO_ROOT / "chapters").items():
         for name in names:
             assert getattr(transformer_book, name) is getattr(import_module(f"transformer_book.{module}"), name)
 

@@ -193,7 +193,7 @@ def _modules_of(notebook: Path) -> set[str]:
     return named | ({default} if plain else set())
 
 
-@pytest.mark.parametrize("notebook", ["10_training_on_gpu.ipynb", "10b_engineering_the_run.ipynb"])
+@pytest.mark.parametrize("notebook", ["10_training_on_gpu.ipynb", "10a_engineering_the_run.ipynb"])
 def test_chapter_10s_modules_stay_small(notebook):
     modules = _modules_of(REPO_ROOT / "chapters" / notebook)
     assert modules, notebook

@@ -36,6 +36,7 @@ LINE_LENGTH = 110  # ruff's line-length in pyproject.toml: the generated __init_
 # `#| public Name Other` in a code cell declares the names that `import transformer_book` hands on from the
 # module that cell exports to (its `#| export <module>`, or the notebook's `#| default_exp`).
 PUBLIC = re.compile(r"^#\|\s*public\s+(.+?)\s*$", re.MULTILINE)
+EXPORT_CELL = re.compile(r"^#\|\s*exports?\b", re.MULTILINE)
 DEFAULT_MODULE = re.compile(r"^#\|\s*default_exp\s+([A-Za-z_]\w*)\s*$", re.MULTILINE)
 
 # `python -m transformer_book` runs chapter 10's command line; generated only when that chapter exists.
@@ -128,7 +129,7 @@ def public_names(chapters_dir: Path) -> dict[str, list[str]]:
         default = next((m.group(1) for s in sources if (m := DEFAULT_MODULE.search(s))), None)
         for source in sources:
             declared = [name for line in PUBLIC.findall(source) for name in line.replace(",", " ").split()]
-            if not declared:
+            if not declared or not EXPORT_CELL.search(source):
                 continue
             other = OTHER_MODULE.search(source)
             module = other.group(1) if other else default
