@@ -9,10 +9,15 @@ so the speed is measured over the steps after `--warmup`.
 
 Without a CUDA GPU it says so and exits 0: there is nothing to measure.
 
-Run: python bench/gpu_check.py [--steps 50] [--warmup 10]
+With `--epochs N` it trains the preset's first N epochs instead (each scored as chapter 10 scores it), and with
+`--record FILE` it also writes the line, the versions and the epochs' validation BLEU to FILE as a run record
+(chapters/records/ keeps the book's). `--amp float16` forces float16 with a gradient scaler: the path a T4 takes.
+
+Run: python bench/gpu_check.py [--steps 50] [--warmup 10] [--epochs N] [--amp float16] [--record FILE]
 """
 
 import argparse
+import dataclasses
 import json
 import sys
 import tempfile
@@ -21,7 +26,7 @@ from pathlib import Path
 import torch
 
 from transformer_book import data
-from transformer_book.presets import PRESETS, pick_amp_dtype
+from transformer_book.presets import AMP_CHOICES, PRESETS, pick_amp_dtype
 from transformer_book.run import train
 
 
@@ -29,8 +34,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=50, help="training steps to run (default 50)")
     parser.add_argument("--warmup", type=int, default=10, help="first steps left out of the speed (default 10)")
+    parser.add_argument("--epochs", type=int, default=None, help="train this many whole epochs instead of --steps")
+    parser.add_argument("--amp", choices=AMP_CHOICES, default=None, help="arithmetic (default: the preset's, auto)")
+    parser.add_argument("--record", type=Path, default=None, help="also write a JSON run record to this file")
     args = parser.parse_args(argv)
-    if args.steps <= args.warmup:
+    if args.epochs is not None and args.epochs < 1:
+        parser.error(f"--epochs must be at least 1, got {args.epochs}")
+    if args.epochs is None and args.steps <= args.warmup:
         parser.error(f"--steps ({args.steps}) must be larger than --warmup ({args.warmup})")
     if not torch.cuda.is_available():
         print("gpu_check: PyTorch sees no CUDA GPU here, so there is nothing to measure "
@@ -38,11 +48,16 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     device = torch.device("cuda")
     preset = PRESETS["gpu"]
+    if args.amp is not None:
+        preset = dataclasses.replace(preset, amp=args.amp)
+    if args.epochs is not None:
+        preset = dataclasses.replace(preset, epochs=args.epochs)  # the schedule does not depend on the epochs
     with tempfile.TemporaryDirectory(prefix="gpu-check-") as tmp:
         torch.cuda.reset_peak_memory_stats(device)
         warm = train(preset, Path(tmp), device=device, max_steps=args.warmup, progress=False)
         torch.cuda.synchronize(device)
-        done = train(preset, Path(tmp), device=device, max_steps=args.steps, progress=False)
+        steps = None if args.epochs is not None else args.steps
+        done = train(preset, Path(tmp), device=device, max_steps=steps, progress=False)
         torch.cuda.synchronize(device)
         state, before = done.to_json()["train_state"], warm.to_json()["train_state"]
         seconds = state["train_seconds"] - before["train_seconds"]
@@ -51,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         examples = data.encode_pairs(data.load_multi30k("train"), tokenizer, max_len=preset.max_sentence_tokens)
         steps_per_epoch = len(data.batch_by_tokens(examples, preset.max_tokens, shuffle=True, seed=preset.seed))
     seconds_per_step = seconds / (state["step"] - before["step"])
-    print(json.dumps({
+    line = {
         "device": torch.cuda.get_device_name(device),
         "dtype": str(pick_amp_dtype(device, preset.amp)),
         "target_tokens_per_s": round(tokens / seconds),
@@ -59,7 +74,20 @@ def main(argv: list[str] | None = None) -> int:
         "skipped_steps": state["skipped_steps"],
         "steps_measured": state["step"] - before["step"],
         "seconds_per_epoch": round(seconds_per_step * steps_per_epoch, 1),
-    }))
+    }
+    print(json.dumps(line))
+    if args.record is not None:
+        dtype = pick_amp_dtype(device, preset.amp)
+        args.record.write_text(json.dumps({
+            "what": f"bench/gpu_check.py --amp {preset.amp} --epochs {args.epochs}: the gpu preset's first epochs",
+            "preset": "gpu", "device_type": "cuda", "device": line["device"],
+            "arithmetic": "float32" if dtype is None else f"{str(dtype).removeprefix('torch.')} autocast",
+            "torch": torch.__version__, "cuda": torch.version.cuda, "steps": state["step"],
+            "epochs": done.history[-1]["epoch"] if done.history else 0, "skipped_steps": state["skipped_steps"],
+            "target_tokens_per_s": line["target_tokens_per_s"], "peak_memory_gib": line["max_memory_allocated_gib"],
+            "val_bleu": [round(r["val_bleu"], 2) for r in done.history],
+            "val_loss": [round(r["val_loss"], 3) for r in done.history],
+        }, indent=1) + "\n")
     return 0
 
 

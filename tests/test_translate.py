@@ -356,23 +356,55 @@ def test_evaluate_reports_the_brevity_penalty_of_its_length_ratio(small_checkpoi
 
 
 @needs_data
-def test_train_keeps_the_last_snapshots_and_saves_best_before_last(tmp_path, monkeypatch):
-    saved = []
+def test_train_keeps_the_last_snapshots_and_never_lets_last_get_ahead_of_best(tmp_path, monkeypatch):
+    saved = []  # (kind, step, the best epoch's step in the record saved)
     original = run_module.save_checkpoint
 
-    def recording_save(path, *args):
-        saved.append(Path(path).parent.name + "/" + Path(path).name if "snapshots" in str(path) else Path(path).name)
-        return original(path, *args)
+    def recording_save(path, model, optimizer, record, *args):
+        history = record.history if record is not None else []
+        best_step = max(history, key=lambda r: (r["val_bleu"], r["step"]))["step"] if history else 0
+        kind = "snapshot" if "snapshots" in str(path) else Path(path).name
+        saved.append((kind, record.train_state.step, best_step))
+        return original(path, model, optimizer, record, *args)
 
     monkeypatch.setattr(run_module, "save_checkpoint", recording_save)
     preset = dataclasses.replace(TINY, epochs=3, average_last=2)
     train(preset, tmp_path / "run", device=CPU, progress=False)
     snapshots = sorted(p.name for p in (tmp_path / "run" / "snapshots").iterdir())
-    assert len(snapshots) == 2 and snapshots[-1] == f"step-{json.loads((tmp_path / 'run' / 'last' / 'checkpoint.json').read_text())['train_state']['step']:06d}"
-    # A kill between two saves at an epoch's end must never leave `best` behind the record `last` holds.
-    for i, name in enumerate(saved):
-        if name == "best":
-            assert saved[i + 1] == "last", saved
+    last_step = json.loads((tmp_path / "run" / "last" / "checkpoint.json").read_text())["train_state"]["step"]
+    assert len(snapshots) == 2 and snapshots[-1] == f"step-{last_step:06d}"
+    # Only the epochs that will be averaged get a snapshot, and `last/` is written once at the end of so short a run.
+    assert [kind for kind, _, _ in saved].count("snapshot") == 2
+    assert [kind for kind, _, _ in saved].count("last") == 1 and saved[-1][0] == "last"
+    # A kill between two saves must never leave `best/` or a snapshot behind what `last/` records: when `last/` is
+    # written, the best epoch it records is already in `best/`, and every snapshot up to its step is on disk.
+    for i, (kind, step, best_step) in enumerate(saved):
+        if kind == "last":
+            assert any(k == "best" and s == best_step for k, s, _ in saved[:i]), saved
+            epochs_done = [s for k, s, _ in saved[:i] if k == "snapshot"]
+            assert len(epochs_done) == 2 and max(epochs_done) <= step, saved
+
+
+@needs_data
+def test_last_is_saved_by_steps_and_a_finished_run_says_it_is_complete(tmp_path, monkeypatch):
+    monkeypatch.setattr(run_module, "SAVE_EVERY_STEPS", 3)
+    saved_steps = []
+    original = run_module.save_checkpoint
+
+    def recording_save(path, model, optimizer, record, *args):
+        if Path(path).name == "last":
+            saved_steps.append(record.train_state.step)
+        return original(path, model, optimizer, record, *args)
+
+    monkeypatch.setattr(run_module, "save_checkpoint", recording_save)
+    record = train(TINY, tmp_path / "run", device=CPU, progress=False)
+    total = record.train_state.step
+    assert saved_steps == [*range(3, total, 3), total] or saved_steps == list(range(3, total + 1, 3)), saved_steps
+    assert all(r["save_seconds"] > 0 for r in record.history)
+    lines = []
+    again = train(TINY, tmp_path / "run", device=CPU, progress=False, log=lines.append)
+    assert again.train_state.step == total and len(saved_steps) == len(set(saved_steps))
+    assert any("is complete" in line and "nothing left to train" in line for line in lines), lines
 
 
 @needs_data

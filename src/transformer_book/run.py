@@ -119,6 +119,8 @@ class Run:
     loss_fn: nn.Module
     record: RunRecord  # what checkpoint.json holds and train returns
     tokens_counted: int = 0  # target tokens already in the record
+    saved_step: int = 0  # the step `last/` holds
+    save_seconds: float = 0.0  # time spent writing checkpoints, this run and the sessions before it
 
     def batches(self, epoch: int) -> list[Batch]:
         """This process's batches of `epoch`: chapter 9's, the same again for the same seed and epoch."""
@@ -138,7 +140,10 @@ def build_or_resume(preset: Preset, out: Path, device: torch.device, processes: 
     if runfolder.has_checkpoint(out):
         record = resume(out, preset, model, optimizer, scaler, corpus.tokenizer, device)
         state = record.train_state
-        log(f"resuming {out} at step {state.step} (epoch {state.epoch + 1}, batch {state.batch_in_epoch})")
+        if state.epoch >= preset.epochs or record.stopped == "time limit":
+            log(f"the run in {out} is complete (step {state.step}, {state.epoch} epochs): nothing left to train")
+        else:
+            log(f"resuming {out} at step {state.step} (epoch {state.epoch + 1}, batch {state.batch_in_epoch})")
     state = record.train_state
     # last_epoch = updates already made - 1: a resumed schedule continues where it stopped. Steps whose update
     # float16's scaler skipped did not advance it (chapter 7's train_step).
@@ -146,8 +151,9 @@ def build_or_resume(preset: Preset, out: Path, device: torch.device, processes: 
         optimizer, preset.d_model, preset.warmup_steps, preset.lr_factor, state.step - state.skipped_steps - 1
     )
     loss_fn = LabelSmoothingLoss(preset.label_smoothing, ignore_index=PAD_ID)
+    saved_seconds = record.history[-1].get("save_seconds", 0.0) if record.history else 0.0
     return Run(preset, out, device, processes, copier, log, corpus, model, optimizer, scheduler, scaler, amp_dtype,
-               loss_fn, record, tokens_counted=state.tokens_seen)
+               loss_fn, record, tokens_counted=state.tokens_seen, saved_step=state.step, save_seconds=saved_seconds)
 
 
 def resume(out: Path, preset: Preset, model: Transformer, optimizer: torch.optim.Optimizer,
@@ -176,11 +182,15 @@ def save(run: Run, name: str, copy_now: bool = False) -> None:
     """Save `last` (all that resuming needs) or `best` (weights only: all that translating needs)."""
     if not run.processes.is_main:
         return  # one writer: the processes hold the same weights
+    start = time.perf_counter()
     if run.scaler is not None:
         run.record.scaler = run.scaler.state_dict()
     save_checkpoint(run.out / name, run.model, run.optimizer if name == "last" else None, run.record,
                     run.corpus.tokenizer.path)
+    if name == "last":
+        run.saved_step = run.record.train_state.step
     run.copier.copy(now=copy_now)  # seldom: on Google Drive every replaced copy goes to the trash
+    run.save_seconds += time.perf_counter() - start
 
 
 def _the_preset(preset: Preset | str | None, device: torch.device, amp: str | None) -> Preset:
@@ -194,7 +204,7 @@ def _quiet(line: str) -> None:
     """The log of a process other than 0, and of a run asked for none."""
 
 # %% ../../chapters/10_training_on_gpu.ipynb #4810c20d
-SAVE_EVERY_STEPS = 200  # `last/` is saved this often within an epoch too: a crash costs at most these updates
+SAVE_EVERY_STEPS = 200  # `last/` is saved every this many updates and at the end: a crash costs at most these
 
 
 def after_step(run: Run, max_steps: int | None, state: TrainState) -> bool:
@@ -215,13 +225,18 @@ def after_step(run: Run, max_steps: int | None, state: TrainState) -> bool:
                     f"slow for the whole budget, so the model is less trained and its BLEU lower than the book's")
         save(run, "last", copy_now=True)
         return True
-    if state.step % SAVE_EVERY_STEPS == 0:
+    if state.step - run.saved_step >= SAVE_EVERY_STEPS:
         save(run, "last")
     return False
 
 
 def evaluate_and_save(run: Run, state: TrainState) -> None:
-    """After each epoch, in process 0: score it, save `best` if it is the best so far, then `last` and a snapshot."""
+    """After each epoch, in process 0: score it; keep its weights if they will be averaged; `best` if it is best.
+
+    `last/` is not saved here but every SAVE_EVERY_STEPS updates (after_step) and at the end (finish): on a fast
+    GPU an epoch takes seconds, and writing `last/` (three times the weights) after each one cost more than that.
+    Whatever `last/` records is already on disk: snapshots and `best/` are written when their epoch ends.
+    """
     if not run.processes.is_main:
         return  # the others wait for it at the next step
     scores = score_epoch(run, state)
@@ -232,12 +247,15 @@ def evaluate_and_save(run: Run, state: TrainState) -> None:
         f"{state.tokens_seen / state.train_seconds:,.0f} target tokens/s"
         + (f"  {state.skipped_steps} updates skipped by the float16 scaler" if state.skipped_steps else "")
     )
-    if scores["val_bleu"] >= max(r["val_bleu"] for r in run.record.history):  # best first: `last` records it
-        save(run, "best")
-    save(run, "last")
-    if run.preset.average_last > 0:  # the weights of this epoch, for average_checkpoints; older ones go
+    cut_short = state.batch_in_epoch > 0  # the time limit stopped this epoch: its weights are the last there are
+    if cut_short or state.epoch > run.preset.epochs - run.preset.average_last:  # averaged at the end
+        start = time.perf_counter()
         save_checkpoint(runfolder.snapshot_path(run.out, state.step), run.model, None, run.record, run.corpus.tokenizer.path)
         runfolder.prune_snapshots(run.out, run.preset.average_last)
+        run.save_seconds += time.perf_counter() - start
+    if scores["val_bleu"] >= max(r["val_bleu"] for r in run.record.history):
+        save(run, "best")
+    scores["save_seconds"] = run.save_seconds  # every checkpoint written up to the end of this epoch
 
 
 def score_epoch(run: Run, state: TrainState) -> dict:
@@ -255,7 +273,7 @@ def score_epoch(run: Run, state: TrainState) -> dict:
         "epoch": round(epoch, 2), "step": state.step, "train_loss": sum(state.losses[-steps:]) / steps,
         "val_loss": val_loss, "val_bleu": bleu, "train_seconds": state.train_seconds,
         "tokens_seen": state.tokens_seen, "skipped_steps": state.skipped_steps,
-        "eval_seconds": time.perf_counter() - start,
+        "eval_seconds": time.perf_counter() - start, "save_seconds": run.save_seconds,
     }
 
 
@@ -274,13 +292,18 @@ def validation_loss(model, examples, preset: Preset, device, amp_dtype, loss_fn)
 
 
 def finish(run: Run) -> None:
-    """Score an epoch the time limit cut short, make sure `best` exists, copy the run, let every process go."""
+    """Score an epoch the time limit cut short, save `last`, make sure `best` exists, copy the run, let all go."""
     state = run.record.train_state
-    if run.record.stopped == "time limit" and state.batch_in_epoch > 0 and not run.record.scored_partial:
+    scored_now = run.record.stopped == "time limit" and state.batch_in_epoch > 0 and not run.record.scored_partial
+    if scored_now:
         run.record.scored_partial = True
         evaluate_and_save(run, state)  # the unfinished epoch: it may be the best model
     if not (run.out / "best").exists():
         save(run, "best")
+    if scored_now or run.saved_step != state.step:
+        save(run, "last")  # the finished run: a new call of train finds it complete
+        if run.record.history:
+            run.record.history[-1]["save_seconds"] = run.save_seconds
     if run.processes.is_main:
         run.copier.copy(now=True)  # the finished run, best and last
     run.processes.barrier()  # every process returns once process 0 has written the run's last checkpoints
