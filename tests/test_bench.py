@@ -26,3 +26,11 @@ def test_gpu_check_refuses_fewer_steps_than_warm_up_steps():
     result = run_bench("--steps", "5", "--warmup", "10")
     assert result.returncode == 2
     assert "must be larger than --warmup" in result.stderr
+
+
+def test_gpu_check_refuses_no_epochs_and_an_unknown_arithmetic():
+    result = run_bench("--epochs", "0")
+    assert result.returncode == 2 and "--epochs must be at least 1, got 0" in result.stderr
+    result = run_bench("--amp", "float8")
+    assert result.returncode == 2 and "invalid choice: 'float8'" in result.stderr
+
