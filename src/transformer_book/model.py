@@ -287,8 +287,8 @@ class Transformer(nn.Module):
 
         src_mask (B, 1, 1, T_src): pass the mask the encoder used whenever the source has padding. memory holds
         vectors, not token ids, so decode cannot rebuild the mask; with src_mask=None the cross-attention also
-        attends to the padded memory positions. tgt_mask defaults to the causal mask. With a cache (chapter
-        8's new_cache(model)), tgt holds only the new tokens and positions continue after the cached ones;
+        attends to the padded memory positions. tgt_mask defaults to the causal mask. With a cache (from
+        new_cache(model), chapter 8), tgt holds only the new tokens and positions continue after the cached ones;
         new token i may attend to every cached position and to new tokens 0 .. i.
         check_ids=False skips the range check of tgt's ids, which reads them back to the host (on a GPU, a wait
         for the device): chapter 8's decoders pass it after their first step, when tgt holds ids the model chose.
