@@ -18,6 +18,7 @@ from transformer_book.decoding import (
     greedy_decode,
     hypothesis_score,
 )
+from transformer_book.kvcache import new_cache
 from transformer_book.masking import padding_mask
 from transformer_book.model import Transformer, TransformerConfig
 
@@ -99,7 +100,7 @@ def test_the_cache_holds_a_key_and_a_value_per_layer_and_position_and_gives_the_
     with torch.no_grad():
         memory = model.encode(src, src_mask)
         full = model.decode(tgt, memory, src_mask)  # (B, 7, V), causal mask inside
-        cache = model.new_cache()
+        cache = new_cache(model)
         steps = [model.decode(tgt[:, t : t + 1], memory, src_mask, cache=cache) for t in range(tgt.size(1))]
     torch.testing.assert_close(torch.cat(steps, dim=1), full)
     config = model.config
@@ -204,7 +205,7 @@ def test_hypothesis_score_matches_stepwise_log_probs_and_ignores_padding():
     out = torch.tensor([[BOS_ID, 4, 5, 3, EOS_ID, PAD_ID], [BOS_ID, 3, EOS_ID, PAD_ID, PAD_ID, PAD_ID]])
     memory = model.encode(src)
     src_mask = (src != PAD_ID)[:, None, None, :]
-    cache, expected = model.new_cache(), torch.zeros(2, dtype=torch.float64)
+    cache, expected = new_cache(model), torch.zeros(2, dtype=torch.float64)
     lengths = [len(strip(row)) - 1 for row in out.tolist()]
     for t in range(out.size(1) - 1):  # the cached path, one token at a time
         log_probs = torch.log_softmax(model.decode(out[:, t : t + 1], memory, src_mask, cache=cache)[:, -1], -1)

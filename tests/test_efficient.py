@@ -20,9 +20,11 @@ from transformer_book.efficient import (
     sliding_window_attention,
     window_mask,
 )
+from transformer_book.generation import generate
+from transformer_book.kvcache import KVCache
 from transformer_book.lm import StackConfig, TransformerStack
 from transformer_book.masking import causal_mask
-from transformer_book.multihead import KVCache, MultiHeadAttention
+from transformer_book.multihead import MultiHeadAttention
 
 HYPOTHESIS = settings(max_examples=40, deadline=None)
 
@@ -368,3 +370,18 @@ def test_gqa_parameter_count():
     assert sum(p.numel() for p in GroupedQueryAttention(512, 8, 1).parameters()) == 2 * (
         512 * 512 + 512
     ) + 2 * (512 * 64 + 64)
+
+
+def test_gqa_in_chapter_11_stack_generates_the_same_tokens_with_and_without_the_cache():
+    """StackLayer hands chapter 8's cache to GQA itself (a later layer, not chapter 3's), and the cache changes nothing."""
+    torch.manual_seed(0)
+    config = StackConfig(vocab_size=40, d_model=24, num_heads=6, num_layers=2, d_ff=48, dropout=0.0, norm_first=True)
+    stack = TransformerStack(config).double().eval()
+    for layer in stack.layers:
+        layer.self_attn = GroupedQueryAttention(24, 6, 2).double()
+    prompt = torch.randint(4, 40, (3, 4))
+    cached, uncached = (generate(stack, prompt, 10, temperature=0, use_cache=c) for c in (True, False))
+    assert torch.equal(cached, uncached)
+    cache = stack.new_cache()
+    stack(prompt, cache=cache)
+    assert cache[0].key.shape == (3, 2, 4, 4)  # (B, H_kv, T, D_h): the GQA layer filled the cache itself

@@ -12,11 +12,12 @@ from torch.testing import assert_close
 
 from transformer_book.bert import mask_tokens
 from transformer_book.generation import generate, sample_next, top_k_filter, top_p_filter
+from transformer_book.kvcache import KVCache
 from transformer_book.layers import GELUFeedForward, RMSNorm, RotaryMultiHeadAttention, SwiGLU, gelu, silu
 from transformer_book.lm import IGNORE_INDEX, RECIPES, StackConfig, StackLayer, TransformerStack
 from transformer_book.masking import causal_mask
 from transformer_book.model import EncoderLayer
-from transformer_book.multihead import KVCache, MultiHeadAttention
+from transformer_book.multihead import MultiHeadAttention
 from transformer_book.optim import (
     AdamW,
     CosineWarmupSchedule,

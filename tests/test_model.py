@@ -11,6 +11,7 @@ from torch import nn
 from torch.testing import assert_close
 
 from transformer_book.interop import to_torch_transformer
+from transformer_book.kvcache import new_cache
 from transformer_book.model import (
     LAYER_NORM_EPS,
     FeedForward,
@@ -263,7 +264,7 @@ def test_cached_decoding_matches_full_pass(norm_first, spans):
         src_mask = (src != PAD_ID)[:, None, None, :]
         memory = model.encode(src, src_mask)
         full = model.decode(tgt_in, memory, src_mask)
-        cache = model.new_cache()
+        cache = new_cache(model)
         pieces = [model.decode(tgt_in[:, a:b], memory, src_mask, cache=cache) for a, b in spans]
     assert len(cache) == 2 and len(cache[0].self_attn) == 8
     assert_close(torch.cat(pieces, dim=1), full, atol=1e-5, rtol=1e-5)

@@ -1,5 +1,5 @@
 """Tests for transformer_book.multihead (chapter 3): equivalence with torch.nn.MultiheadAttention, the fused
-and explicit paths, the key/value cache, and bad inputs."""
+and explicit paths, and bad inputs (chapter 8's key/value cache: test_kvcache.py)."""
 
 import pytest
 import torch
@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from torch import nn
 from torch.testing import assert_close
 
-from transformer_book.multihead import KVCache, MultiHeadAttention
+from transformer_book.multihead import MultiHeadAttention
 
 HYPOTHESIS = settings(max_examples=30, deadline=None)
 
@@ -221,55 +221,16 @@ def test_parameter_count_of_the_base_setting():
     assert sum(p.numel() for p in MultiHeadAttention(512, 8).parameters()) == 4 * (512 * 512 + 512)
 
 
-# ---------------------------------------------------------------- KVCache
+def test_the_layer_is_the_plain_one_and_attend_is_steps_two_and_three():
+    # Chapter 3's layer takes no cache (chapter 8 adds it); forward = the projections, then attend.
+    import inspect
 
-
-@HYPOTHESIS
-@given(batch=st.integers(1, 3), length=st.integers(1, 7), num_heads=st.sampled_from([1, 2, 4]),
-       seed=st.integers(0, 2**16))
-def test_cached_steps_equal_full_causal_self_attention(batch, length, num_heads, seed):
-    layer = make_layer(8, num_heads, seed)
-    x = torch.randn(batch, length, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
-    full = layer(x, x, x, mask=torch.ones(length, length, dtype=torch.bool).tril())
-    cache = KVCache()
-    steps = [layer(x[:, t : t + 1], x[:, t : t + 1], x[:, t : t + 1], cache=cache) for t in range(length)]
-    assert len(cache) == length
-    assert cache.key.shape == (batch, num_heads, length, 8 // num_heads)
-    assert_close(torch.cat(steps, dim=1), full)
-
-
-def test_cache_with_a_prompt_then_single_steps():
+    assert "cache" not in inspect.signature(MultiHeadAttention.forward).parameters
     layer = make_layer()
-    x = torch.randn(2, 6, 16, dtype=torch.float64)
-    full = layer(x, x, x, mask=torch.ones(6, 6, dtype=torch.bool).tril())
-    cache = KVCache()
-    prompt = layer(x[:, :3], x[:, :3], x[:, :3], mask=torch.ones(3, 3, dtype=torch.bool).tril(), cache=cache)
-    rest = [layer(x[:, t : t + 1], x[:, t : t + 1], x[:, t : t + 1], cache=cache) for t in range(3, 6)]
-    assert_close(torch.cat([prompt, *rest], dim=1), full)
-
-
-def test_static_cache_projects_the_memory_once():
-    layer = make_layer()
-    memory = torch.randn(2, 7, 16, dtype=torch.float64)
-    tgt = torch.randn(2, 3, 16, dtype=torch.float64)
-    expected = layer(tgt, memory, memory)
-    cache = KVCache(static=True)
-    first = layer(tgt[:, :1], memory, memory, cache=cache)
-    cached_key = cache.key
-    # After the first step the key/value arguments are ignored: pass something else to prove it.
-    later = [layer(tgt[:, t : t + 1], tgt[:, :1], tgt[:, :1], cache=cache) for t in (1, 2)]
-    assert cache.key is cached_key and len(cache) == 7
-    assert_close(torch.cat([first, *later], dim=1), expected)
-
-
-def test_cache_select_reorders_the_batch():
-    cache = KVCache(torch.arange(3.0).view(3, 1, 1, 1), torch.arange(3.0).view(3, 1, 1, 1) + 10)
-    cache.select(torch.tensor([2, 2, 0]))
-    assert cache.key.flatten().tolist() == [2.0, 2.0, 0.0]
-    assert cache.value.flatten().tolist() == [12.0, 12.0, 10.0]
-    empty = KVCache()
-    empty.select(torch.tensor([0]))
-    assert len(empty) == 0
+    x, m = torch.randn(2, 5, 16, dtype=torch.float64), torch.randn(2, 3, 16, dtype=torch.float64)
+    q, k, v = (layer.split_heads(proj(t)) for proj, t in ((layer.q_proj, x), (layer.k_proj, m), (layer.v_proj, m)))
+    for need_weights in (False, True):
+        assert_close(layer.attend(q, k, v, need_weights=need_weights), layer(x, m, m, need_weights=need_weights))
 
 
 # ---------------------------------------------------------------- bad inputs
@@ -335,13 +296,3 @@ def test_three_dimensional_per_example_mask_is_refused():
     x = torch.randn(4, 5, 16)
     with pytest.raises(ValueError, match=r"3-D mask \(4, 5, 5\) is ambiguous.*mask\[:, None\]"):
         layer(x, x, x, mask=torch.ones(4, 5, 5, dtype=torch.bool))
-
-
-def test_a_refused_mask_leaves_the_cache_unchanged():
-    layer = MultiHeadAttention(16, 4)
-    x = torch.randn(2, 3, 16)
-    cache = KVCache()
-    layer(x, x, x, mask=torch.ones(3, 3, dtype=torch.bool).tril(), cache=cache)
-    with pytest.raises(ValueError, match="does not broadcast"):
-        layer(x[:, :1], x[:, :1], x[:, :1], mask=torch.ones(1, 2, dtype=torch.bool), cache=cache)
-    assert len(cache) == 3

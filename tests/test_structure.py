@@ -1,6 +1,7 @@
 """The package's shape: small modules and functions, imports from the same or an earlier chapter only, no cycle."""
 
 import ast
+import json
 import re
 from pathlib import Path
 
@@ -11,6 +12,7 @@ MAX_MODULE_LINES = 350
 MAX_FUNCTION_LINES = 80
 CHAPTER = re.compile(r"File to edit: \.\./\.\./chapters/(\d+)")
 MODULES = sorted(p for p in PACKAGE.glob("*.py") if p.name not in {"__init__.py", "__main__.py"})
+NOTEBOOKS = sorted((PACKAGE.parents[1] / "chapters").glob("[0-9]*.ipynb"))
 
 
 def function_lengths(source: str) -> dict[str, int]:
@@ -99,6 +101,36 @@ def test_modules_import_only_from_the_same_or_earlier_chapters_and_without_cycle
     }
     assert not {k: v for k, v in later.items() if v}, f"imports from a later chapter: {later}"
     assert find_cycle(graph) is None, f"import cycle: {' -> '.join(find_cycle(graph))}"
+
+
+def notebook_imports(source: str) -> set[str]:
+    """The package's modules that the code of a notebook imports (`from transformer_book.x import` or
+    `from transformer_book import x`); IPython lines (`%`, `!`) are left out."""
+    code = "\n".join(line for line in source.splitlines() if not line.lstrip().startswith(("%", "!")))
+    found = set()
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            parts = node.module.split(".")
+            if parts[0] == "transformer_book":
+                found.update(parts[1:2] or [alias.name for alias in node.names])
+    return found
+
+
+def test_notebook_imports_are_seen():
+    source = "%matplotlib inline\nfrom transformer_book.model import Transformer\nfrom transformer_book import data, x\n"
+    assert notebook_imports(source) == {"model", "data", "x"}
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_chapters_import_only_what_the_reader_has_met(notebook):
+    """A chapter imports the modules of its own and earlier chapters only (chapter 5 uses no chapter 6 model)."""
+    chapter = int(re.match(r"\d+", notebook.name).group())  # 10a, the companion of chapter 10, counts as 10
+    cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
+    source = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+    chapters = {p.stem: chapter_of(p) for p in MODULES}
+    later = sorted(f"{m} (chapter {chapters[m]})" for m in notebook_imports(source) & chapters.keys()
+                   if chapters[m] > chapter)
+    assert not later, f"{notebook.name} imports from a later chapter: {later}"
 
 
 def test_no_module_writes_the_environment():

@@ -15,6 +15,7 @@ import torch
 from torch import Tensor, nn
 
 from .checks import check_int, check_token_ids
+from .kvcache import new_cache
 from .masking import padding_mask
 
 GNMT_LENGTH_OFFSET = 5.0  # the 5 of lp(Y) = ((5 + |Y|) / (5 + 1))^alpha (Wu et al. 2016)
@@ -86,7 +87,7 @@ def greedy_decode(
         memory = model.encode(src, src_mask)  # (B, T_src, D)
         tokens = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)  # (B, 1)
         finished = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)  # (B,)
-        cache = model.new_cache() if use_cache else None
+        cache = new_cache(model) if use_cache else None
         for _ in range(max_len):
             step_input = tokens[:, -1:] if use_cache else tokens  # (B, 1) or (B, t)
             # Every id fed back was chosen by the model, so decode skips its check of the ids (a host read on a GPU).
@@ -171,7 +172,7 @@ def beam_search(
         memory = model.encode(src, src_mask)  # (B, T_src, D): each source encoded once
         memory = memory.repeat_interleave(k, dim=0)  # (B*K, T_src, D): one copy per hypothesis
         src_mask = src_mask.repeat_interleave(k, dim=0)  # (B*K, 1, 1, T_src)
-        cache = model.new_cache()
+        cache = new_cache(model)
         dtype = _score_dtype(memory)
         tokens = torch.full((batch * k, 1), bos_id, dtype=torch.long, device=device)  # (B*K, 1)
         scores = torch.full((batch, k), float("-inf"), dtype=dtype, device=device)  # (B, K): log p(y_<t | X)

@@ -12,8 +12,8 @@ from torch import Tensor, nn
 
 from .attention import _check_inputs, scaled_dot_product_attention
 from .checks import check_heads, check_int, check_mask, check_probability
+from .kvcache import KVCache
 from .masking import causal_mask
-from .multihead import KVCache
 from .multihead import _check_inputs as _check_layer_inputs
 from .multihead import _check_mask as _check_layer_mask
 
@@ -232,7 +232,7 @@ class GroupedQueryAttention(nn.Module):
         """query (B, L_q, D), key and value (B, L_k, D) -> (B, L_q, D), as MultiHeadAttention.forward.
 
         mask: boolean, True = may attend, broadcastable to (B, H, L_q, L_k). need_weights=True also returns
-        the weights (B, H, L_q, L_k). cache: chapter 3's KVCache, holding (B, H_kv, T_seen, D_h).
+        the weights (B, H, L_q, L_k). cache: chapter 8's KVCache, holding (B, H_kv, T_seen, D_h).
         """
         _check_layer_inputs(self, query, key, value)  # chapter 3's check of the shapes
         q = self.split_heads(self.q_proj(query), self.num_heads)  # (B, H, L_q, D_h)

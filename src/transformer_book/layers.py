@@ -9,12 +9,11 @@ __all__ = ['RMSNorm', 'gelu', 'silu', 'GELUFeedForward', 'SwiGLU', 'RotaryMultiH
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .attention import scaled_dot_product_attention
+from .kvcache import KVCache
 from .model import LAYER_NORM_EPS, FeedForward
-from .multihead import KVCache, MultiHeadAttention, _check_inputs, _check_mask
+from .multihead import MultiHeadAttention, _check_inputs
 from .positional import PE_BASE, apply_rotary
 
 # %% ../../chapters/11_one_stack.ipynb #6c92c4f5
@@ -103,14 +102,9 @@ class RotaryMultiHeadAttention(MultiHeadAttention):
         k = apply_rotary(self.split_heads(self.k_proj(key)), positions, self.base)  # (B, H, T, D_h)
         v = self.split_heads(self.v_proj(value))  # (B, H, T, D_h)
         if cache is not None and cache.key is not None:
-            k = torch.cat([cache.key, k], dim=2)  # (B, H, T_seen + T, D_h)
+            k = torch.cat([cache.key, k], dim=2)  # (B, H, T_seen + T, D_h), the cached keys already rotated
             v = torch.cat([cache.value, v], dim=2)
-        if mask is not None:
-            _check_mask(self, mask, q, k)
+        result = self.attend(q, k, v, mask, need_weights)  # chapter 3's steps 2 and 3, mask checked there
         if cache is not None:
-            cache.key, cache.value = k, v
-        if need_weights:
-            out, weights = scaled_dot_product_attention(q, k, v, mask, self.attn_dropout)  # (B, H, T, D_h)
-            return self.out_proj(self.merge_heads(out)), weights
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=self.dropout_p if self.training else 0.0)
-        return self.out_proj(self.merge_heads(out))  # (B, T, D)
+            cache.key, cache.value = k, v  # only now: a refused call leaves the cache as it was
+        return result

@@ -11,15 +11,17 @@ __all__ = ['IGNORE_INDEX', 'NORMS', 'FEED_FORWARDS', 'POSITIONS', 'RECIPES', 'St
 # %% ../../chapters/11_one_stack.ipynb #e06f48a3
 import math
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 from torch import Tensor, nn
 
 from .checks import check_choice, check_heads, check_int, check_probability, check_token_ids, id_range
+from .kvcache import KVCache
 from .layers import GELUFeedForward, RMSNorm, RotaryMultiHeadAttention, SwiGLU
 from .masking import causal_mask, padding_mask
 from .model import EncoderLayer, LayerNorm
-from .multihead import KVCache
+from .multihead import MultiHeadAttention
 from .positional import PositionalEncoding
 from .tokens import PAD_ID
 
@@ -58,12 +60,17 @@ class StackLayer(EncoderLayer):
 
         With a cache, x holds only the new positions and the cache supplies the keys and values of earlier ones.
         """
+        attention = self.self_attn
+        if cache is not None and type(attention) is MultiHeadAttention:  # chapter 3's layer: the cache runs it
+            attention = partial(cache.attend, attention)
+        elif cache is not None:  # a later layer (rotary here, grouped-query in chapter 12) takes the cache itself
+            attention = partial(attention, cache=cache)
         if self.norm_first:  # pre-norm: x + Sublayer(Norm(x))
             normed = self.norm1(x)
-            x = x + self.dropout1(self.self_attn(normed, normed, normed, mask, cache=cache))
+            x = x + self.dropout1(attention(normed, normed, normed, mask))
             x = x + self.dropout2(self.feed_forward(self.norm2(x)))
         else:  # post-norm, as in the paper: Norm(x + Sublayer(x))
-            x = self.norm1(x + self.dropout1(self.self_attn(x, x, x, mask, cache=cache)))
+            x = self.norm1(x + self.dropout1(attention(x, x, x, mask)))
             x = self.norm2(x + self.dropout2(self.feed_forward(x)))
         return x
 

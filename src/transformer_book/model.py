@@ -2,12 +2,13 @@
 """The encoder-decoder Transformer (chapter 6)."""
 
 # %% auto #0
-__all__ = ['LAYER_NORM_EPS', 'FeedForward', 'layer_norm', 'LayerNorm', 'EncoderLayer', 'LayerCache', 'DecoderLayer', 'Encoder',
-           'Decoder', 'TransformerConfig', 'Transformer']
+__all__ = ['LAYER_NORM_EPS', 'FeedForward', 'layer_norm', 'LayerNorm', 'EncoderLayer', 'DecoderLayer', 'Encoder', 'Decoder',
+           'TransformerConfig', 'Transformer']
 
 # %% ../../chapters/06_the_transformer.ipynb #1499cd7b
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -15,7 +16,7 @@ from torch import Tensor, nn
 
 from .checks import check_heads, check_int, check_probability, check_token_ids
 from .masking import causal_mask, padding_mask
-from .multihead import KVCache, MultiHeadAttention
+from .multihead import MultiHeadAttention
 from .positional import PositionalEncoding
 
 LAYER_NORM_EPS = 1e-5  # the book's one LayerNorm epsilon, torch.nn.LayerNorm's default
@@ -92,18 +93,6 @@ class EncoderLayer(nn.Module):
             x = self.norm2(x + self.dropout2(self.feed_forward(x)))
         return x
 
-# %% ../../chapters/06_the_transformer.ipynb #632b7c0d
-@dataclass
-class LayerCache:
-    """What one decoder layer keeps between decoding steps (chapter 8).
-
-    self_attn grows by one key and value per generated token; cross_attn holds the projected encoder memory,
-    computed at the first step and reused after it (static=True).
-    """
-
-    self_attn: KVCache = field(default_factory=KVCache)
-    cross_attn: KVCache = field(default_factory=lambda: KVCache(static=True))
-
 # %% ../../chapters/06_the_transformer.ipynb #1003d751
 class DecoderLayer(nn.Module):
     """Masked self-attention, cross-attention over the encoder memory, then feed-forward.
@@ -127,24 +116,27 @@ class DecoderLayer(nn.Module):
         memory: Tensor,
         src_mask: Tensor | None = None,
         tgt_mask: Tensor | None = None,
-        cache: LayerCache | None = None,
+        cache=None,
     ) -> Tensor:
         """x (B, T_tgt, D), memory (B, T_src, D): the encoder output Z -> (B, T_tgt, D).
 
         src_mask (B, 1, 1, T_src) and tgt_mask (T_tgt, T_tgt) or (B, 1, T_tgt, T_tgt): boolean, True = may
-        attend. With a cache, x holds only the new positions and the cache supplies the earlier ones.
+        attend. cache: chapter 8's key/value cache of this layer; x then holds only the new positions, and the
+        cache supplies the keys and values of the earlier ones.
         """
-        self_cache = cache.self_attn if cache is not None else None
-        cross_cache = cache.cross_attn if cache is not None else None
+        self_attn, cross_attn = self.self_attn, self.cross_attn
+        if cache is not None:  # the same two sublayers, run through the cache (chapter 8)
+            self_attn = partial(cache.self_attn.attend, self.self_attn)
+            cross_attn = partial(cache.cross_attn.attend, self.cross_attn)
         if self.norm_first:  # pre-norm: x + Sublayer(LayerNorm(x))
             normed = self.norm1(x)
-            x = x + self.dropout1(self.self_attn(normed, normed, normed, tgt_mask, cache=self_cache))
+            x = x + self.dropout1(self_attn(normed, normed, normed, tgt_mask))
             normed = self.norm2(x)
-            x = x + self.dropout2(self.cross_attn(normed, memory, memory, src_mask, cache=cross_cache))
+            x = x + self.dropout2(cross_attn(normed, memory, memory, src_mask))
             x = x + self.dropout3(self.feed_forward(self.norm3(x)))
         else:  # post-norm, as in the paper: LayerNorm(x + Sublayer(x))
-            x = self.norm1(x + self.dropout1(self.self_attn(x, x, x, tgt_mask, cache=self_cache)))
-            x = self.norm2(x + self.dropout2(self.cross_attn(x, memory, memory, src_mask, cache=cross_cache)))
+            x = self.norm1(x + self.dropout1(self_attn(x, x, x, tgt_mask)))
+            x = self.norm2(x + self.dropout2(cross_attn(x, memory, memory, src_mask)))
             x = self.norm3(x + self.dropout3(self.feed_forward(x)))
         return x
 
@@ -183,9 +175,9 @@ class Decoder(nn.Module):
         memory: Tensor,
         src_mask: Tensor | None = None,
         tgt_mask: Tensor | None = None,
-        cache: list[LayerCache] | None = None,
+        cache: list | None = None,
     ) -> Tensor:
-        """x (B, T_tgt, D), memory (B, T_src, D) -> (B, T_tgt, D); cache: one LayerCache per layer."""
+        """x (B, T_tgt, D), memory (B, T_src, D) -> (B, T_tgt, D); cache: chapter 8's, one per layer."""
         for i, layer in enumerate(self.layers):
             x = layer(x, memory, src_mask, tgt_mask, cache[i] if cache is not None else None)
         return self.norm(x)
@@ -288,7 +280,7 @@ class Transformer(nn.Module):
         memory: Tensor,
         src_mask: Tensor | None = None,
         tgt_mask: Tensor | None = None,
-        cache: list[LayerCache] | None = None,
+        cache: list | None = None,
         check_ids: bool = True,
     ) -> Tensor:
         """tgt (B, T_tgt), memory (B, T_src, D) -> logits (B, T_tgt, vocab_size).
@@ -296,7 +288,7 @@ class Transformer(nn.Module):
         src_mask (B, 1, 1, T_src): pass the mask the encoder used whenever the source has padding. memory holds
         vectors, not token ids, so decode cannot rebuild the mask; with src_mask=None the cross-attention also
         attends to the padded memory positions. tgt_mask defaults to the causal mask. With a cache (from
-        new_cache(), chapter 8), tgt holds only the new tokens and positions continue after the cached ones;
+        new_cache(model), chapter 8), tgt holds only the new tokens and positions continue after the cached ones;
         new token i may attend to every cached position and to new tokens 0 .. i.
         check_ids=False skips the range check of tgt's ids, which reads them back to the host (on a GPU, a wait
         for the device): chapter 8's decoders pass it after their first step, when tgt holds ids the model chose.
@@ -322,8 +314,3 @@ class Transformer(nn.Module):
             src_mask = padding_mask(src, self.config.pad_id)  # (B, 1, 1, T_src)
         memory = self.encode(src, src_mask)  # (B, T_src, D)
         return self.decode(tgt_in, memory, src_mask, tgt_mask)
-
-    def new_cache(self) -> list[LayerCache]:
-        """An empty key/value cache, one LayerCache per decoder layer (chapter 8 uses it)."""
-        return [LayerCache() for _ in self.decoder.layers]
-
