@@ -5,6 +5,9 @@ What it does to every notebook page, at build time (the notebooks are never chan
 - Drops nbdev's directive lines (`#| export`, `#| default_exp model`, `#| public`, ...) from the code a code cell
   shows. They tell nbdev where a cell's code goes in the package (`make export`); a reader needs none of it.
   A cell left with no code at all (`#| default_exp x` alone) loses its source box, and with no output, the cell.
+- Leaves out the set-up cell, the first code cell of every chapter (written by tools/bootstrap.py): it installs the
+  package on Colab and defines `glue` with its fallback for plain Jupyter. The page runs nothing and needs none
+  of it; Jupyter and Colab still show and run it.
 - Links every image of a page (a cell's figure, a glued figure) to the image file itself, so that on a phone a
   figure too small to read opens full size on tap (as Sphinx already does for images given a width).
 
@@ -21,6 +24,8 @@ from typing import Any
 
 from docutils import nodes
 
+# How the set-up cell's template begins (tools/bootstrap.py; tests/test_sphinx_clean_cells.py keeps them equal).
+SETUP_FIRST_LINE = "# Set-up, the same first cell in every chapter."
 # An nbdev directive: a comment line that starts with `#|` (nbdev reads only such lines at the top of a cell,
 # but a directive line anywhere is tooling, so all are dropped).
 DIRECTIVE = re.compile(r"^[ \t]*#\|.*(?:\n|$)", re.MULTILINE)
@@ -31,8 +36,23 @@ def strip_directives(code: str) -> str:
     return DIRECTIVE.sub("", code).lstrip("\n")
 
 
+def _is_cell(node: nodes.Node) -> bool:
+    return isinstance(node, nodes.container) and node.get("nb_element") == "cell_code"
+
+
 def _is_cell_source(node: nodes.Node) -> bool:
     return isinstance(node, nodes.container) and node.get("nb_element") == "cell_code_source"
+
+
+def drop_setup_cells(doctree: nodes.document) -> int:
+    """Remove every code cell whose source is the set-up cell's; return how many were removed."""
+    removed = 0
+    for cell in list(doctree.findall(_is_cell)):
+        blocks = list(cell.findall(nodes.literal_block))
+        if blocks and blocks[0].astext().startswith(SETUP_FIRST_LINE) and cell.parent is not None:
+            cell.parent.remove(cell)
+            removed += 1
+    return removed
 
 
 def clean_cell_sources(doctree: nodes.document) -> int:
@@ -60,6 +80,7 @@ def clean_cell_sources(doctree: nodes.document) -> int:
 
 
 def _on_doctree_read(app: Any, doctree: nodes.document) -> None:
+    drop_setup_cells(doctree)
     clean_cell_sources(doctree)
 
 

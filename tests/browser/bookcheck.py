@@ -209,6 +209,7 @@ _COLLECT_JS = r"""
   const cellCode = Array.from(document.querySelectorAll('.cell_input pre'));
   const directives = cellCode.filter(pre => /^[ \t]*#\|/m.test(pre.textContent)).map(firstLine);
   const nbvalMarkers = cellCode.filter(pre => /NBVAL_/.test(pre.textContent)).map(firstLine);
+  const glueImports = cellCode.filter(pre => /from myst_nb import/.test(pre.textContent)).map(firstLine);
   // How many monospace columns each visible code cell's box shows, and whether it scrolls sideways.
   const codeBoxes = cellCode.filter(visible).map(pre => {
     const style = getComputedStyle(pre);
@@ -246,7 +247,7 @@ _COLLECT_JS = r"""
     return {ok, where: source ? source.textContent.trim().split('\n')[0].slice(0, 60) : el.tagName};
   });
   return {unrendered, mathErrors, mathCount: mathEls.length, text, images, links, launch, repoButtons,
-          codeBlocks, copyButtons, widgets, directives, nbvalMarkers, codeBoxes, hasMathJax: !!(window.MathJax && window.MathJax.startup),
+          codeBlocks, copyButtons, widgets, directives, nbvalMarkers, glueImports, codeBoxes, hasMathJax: !!(window.MathJax && window.MathJax.startup),
           title: document.title, h1: document.querySelectorAll('article h1').length,
           overflow: document.documentElement.scrollWidth - window.innerWidth};
 }
@@ -480,6 +481,8 @@ class BookChecker:
             problems.append(f"nbdev directive (#|) in the code a cell shows: `{where}`")
         for where in data["nbvalMarkers"]:
             problems.append(f"nbval marker (NBVAL_...) in the code a cell shows: `{where}` (use the cell tag)")
+        for where in data["glueImports"]:
+            problems.append(f"the book's set-up (`from myst_nb import ...`) in the code a cell shows: `{where}`")
         columns = self.site.code_columns
         if columns:
             narrow = [box for box in data["codeBoxes"] if box["columns"] < columns]

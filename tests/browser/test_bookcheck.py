@@ -63,7 +63,12 @@ LAUNCH(good.ipynb)
 #| export
 def f(): pass</pre></div></div></div>
 <div class="cell"><div class="cell_input"><div class="highlight"><pre># NBVAL_IGNORE_OUTPUT
-print(1)</pre></div></div></div>""",
+print(1)</pre></div></div></div>
+<div class="cell"><div class="cell_input"><div class="highlight"><pre># Set-up
+try:
+    from myst_nb import glue
+except ImportError:
+    glue = None</pre></div></div></div>""",
     "narrow_code.html": """<div class="cell"><div class="cell_input"><div class="highlight">
 <pre style="width: 300px; overflow-x: auto">y = 2</pre></div></div></div>""",
     "clipped_math.html": r'<div class="math notranslate nohighlight" style="overflow: hidden">\[LONG_SUM\]</div>',
@@ -167,7 +172,8 @@ def test_page_needing_the_network_is_caught(reports):
 
 def test_build_tooling_in_code_is_caught(reports):
     _assert_caught(reports["tooling.html"], "nbdev directive (#|) in the code a cell shows: `#| export`",
-                   "nbval marker (NBVAL_...) in the code a cell shows: `# NBVAL_IGNORE_OUTPUT`")
+                   "nbval marker (NBVAL_...) in the code a cell shows: `# NBVAL_IGNORE_OUTPUT`",
+                   "the book's set-up (`from myst_nb import ...`) in the code a cell shows: `# Set-up`")
 
 
 def test_code_box_narrower_than_the_line_length_is_caught(reports):
