@@ -70,3 +70,11 @@ def test_the_set_up_cell_is_left_out_of_the_page():
     assert ext.drop_setup_cells(doc) == 1
     assert _shown(doc) == ["import torch"]
     assert "_glue_into_page" not in doc.astext()
+
+
+def test_an_exported_cell_is_labelled_with_its_module():
+    doc = _page("#| default_exp model", "#| export\nclass A: ...", "#| export interop\ndef b(): ...", "c = 1")
+    ext.clean_cell_sources(doc)
+    labels = [p.astext() for p in doc.findall(nodes.paragraph) if "cell-export-label" in p["classes"]]
+    assert labels == ["exported to transformer_book.model", "exported to transformer_book.interop"]
+    assert _shown(doc) == ["class A: ...", "def b(): ...", "c = 1"]

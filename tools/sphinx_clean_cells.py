@@ -3,8 +3,9 @@
 What it does to every notebook page, at build time (the notebooks are never changed):
 
 - Drops nbdev's directive lines (`#| export`, `#| default_exp model`, `#| public`, ...) from the code a code cell
-  shows. They tell nbdev where a cell's code goes in the package (`make export`); a reader needs none of it.
-  A cell left with no code at all (`#| default_exp x` alone) loses its source box, and with no output, the cell.
+  shows. They tell nbdev where a cell's code goes in the package (`make export`); in their place a cell whose
+  code is exported carries a small label naming the module, "exported to transformer_book.model". A cell left
+  with no code at all (`#| default_exp x` alone) loses its source box, and with no output, the cell.
 - Leaves out the set-up cell, the first code cell of every chapter (written by tools/bootstrap.py): it installs the
   package on Colab and defines `glue` with its fallback for plain Jupyter. The page runs nothing and needs none
   of it; Jupyter and Colab still show and run it.
@@ -29,6 +30,11 @@ SETUP_FIRST_LINE = "# Set-up, the same first cell in every chapter."
 # An nbdev directive: a comment line that starts with `#|` (nbdev reads only such lines at the top of a cell,
 # but a directive line anywhere is tooling, so all are dropped).
 DIRECTIVE = re.compile(r"^[ \t]*#\|.*(?:\n|$)", re.MULTILINE)
+# nbdev's export directives (`#| export`, `#| exports`, `#| exporti`, optionally naming a module) and the
+# notebook's default module (`#| default_exp name`).
+EXPORT = re.compile(r"^[ \t]*#\|[ \t]*export[si]?(?:[ \t]+([\w.]+))?[ \t]*$", re.MULTILINE)
+DEFAULT_EXP = re.compile(r"^[ \t]*#\|[ \t]*default_exp[ \t]+([\w.]+)", re.MULTILINE)
+PACKAGE = "transformer_book"
 
 
 def strip_directives(code: str) -> str:
@@ -55,12 +61,25 @@ def drop_setup_cells(doctree: nodes.document) -> int:
     return removed
 
 
+def export_label(module: str) -> nodes.paragraph:
+    """The line shown above an exported cell's code: which module of the package it goes to."""
+    label = nodes.paragraph("", "", classes=["cell-export-label"])
+    label += nodes.Text("exported to ")
+    label += nodes.literal(text=f"{PACKAGE}.{module}")
+    return label
+
+
 def clean_cell_sources(doctree: nodes.document) -> int:
     """Strip directive lines from every code cell's source box; return how many boxes changed."""
     changed = 0
-    for source in list(doctree.findall(_is_cell_source)):
+    sources = list(doctree.findall(_is_cell_source))
+    default = next((m.group(1) for source in sources for block in source.findall(nodes.literal_block)
+                    for m in DEFAULT_EXP.finditer(block.astext())), None)
+    for source in sources:
         for block in list(source.findall(nodes.literal_block)):
             code = block.astext()
+            export = EXPORT.search(code)
+            module = export and (export.group(1) or default)
             clean = strip_directives(code)
             if clean == code:
                 continue
@@ -76,6 +95,8 @@ def clean_cell_sources(doctree: nodes.document) -> int:
             block.rawsource = clean
             block.children = []
             block += nodes.Text(clean)
+            if module:
+                source.insert(0, export_label(module))
     return changed
 
 
