@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "bump":
         bump(args.version)
-        print(f"version: now {args.version} everywhere; commit, then tag v{args.version} (README: Releasing)")
+        print(f"version: now {args.version} everywhere; commit, then tag v{args.version} (CONTRIBUTING.md: Releasing)")
         return 0
     expected = pyproject_version()
     problems = mismatches(expected)

@@ -81,11 +81,14 @@ class Site:
     colab: page path relative to root (for example "chapters/01_rnn_limits.html") -> the launch link
         its Colab button must have. Pages not listed are not chapters and need no button.
     repository_url: the repository button's link, if the book has one.
+    code_columns: the line length the code is written to (ruff's, in pyproject.toml); at desktop width every code
+        cell's box must show that many columns. None: not checked.
     """
 
     root: Path
     colab: dict[str, str] = field(default_factory=dict)
     repository_url: str | None = None
+    code_columns: int | None = None
 
 
 def site_from_book(build_dir: Path, config_file: Path) -> Site:
@@ -113,7 +116,17 @@ def site_from_book(build_dir: Path, config_file: Path) -> Site:
             raise FileNotFoundError(f"{in_repo} is built into the book but not in the repository")
         colab[rel_nb.removesuffix(".ipynb") + ".html"] = f"{colab_url}/github/{owner_repo}/blob/{branch}/{in_repo}"
     use_repo_button = bool(config.get("html", {}).get("use_repository_button"))
-    return Site(root=build_dir, colab=colab, repository_url=repo_url if use_repo_button else None)
+    return Site(root=build_dir, colab=colab, repository_url=repo_url if use_repo_button else None,
+                code_columns=ruff_line_length(repo_root / "pyproject.toml"))
+
+
+def ruff_line_length(pyproject: Path) -> int | None:
+    """`[tool.ruff] line-length` of a pyproject.toml, or None when there is none."""
+    import tomllib
+
+    if not pyproject.is_file():
+        return None
+    return tomllib.loads(pyproject.read_text(encoding="utf-8")).get("tool", {}).get("ruff", {}).get("line-length")
 
 
 def list_pages(root: Path) -> list[str]:
@@ -191,6 +204,26 @@ _COLLECT_JS = r"""
                            .filter(a => a.closest('.article-header-buttons, .header-article-items'))
                            .map(a => a.getAttribute('href'));
   const codeBlocks = document.querySelectorAll('div.highlight pre').length;
+  // Build tooling in the code a cell shows (folded cells included): nbdev directives, nbval markers.
+  const firstLine = (pre) => pre.textContent.trim().split('\n')[0].slice(0, 60);
+  const cellCode = Array.from(document.querySelectorAll('.cell_input pre'));
+  const directives = cellCode.filter(pre => /^[ \t]*#\|/m.test(pre.textContent)).map(firstLine);
+  const nbvalMarkers = cellCode.filter(pre => /NBVAL_/.test(pre.textContent)).map(firstLine);
+  const glueImports = cellCode.filter(pre => /from myst_nb import/.test(pre.textContent)).map(firstLine);
+  // How many monospace columns each visible code cell's box shows, and whether it scrolls sideways.
+  const codeBoxes = cellCode.filter(visible).map(pre => {
+    const style = getComputedStyle(pre);
+    const probe = document.createElement('span');
+    probe.textContent = 'x'.repeat(100);
+    probe.style.whiteSpace = 'pre';
+    pre.appendChild(probe);
+    const column = probe.getBoundingClientRect().width / 100;
+    probe.remove();
+    const inner = pre.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight);
+    const longest = Math.max(0, ...pre.textContent.replace(/\n$/, '').split('\n').map(line => line.length));
+    return {columns: Math.floor(inner / column), longest, scrolls: pre.scrollWidth > pre.clientWidth + 1,
+            where: firstLine(pre)};
+  });
   const copyButtons = document.querySelectorAll('button.copybtn').length;
   // Widgets: an output that only a live Jupyter can draw, or the manager's placeholder text.
   const widgetMarkers = [];
@@ -214,9 +247,36 @@ _COLLECT_JS = r"""
     return {ok, where: source ? source.textContent.trim().split('\n')[0].slice(0, 60) : el.tagName};
   });
   return {unrendered, mathErrors, mathCount: mathEls.length, text, images, links, launch, repoButtons,
-          codeBlocks, copyButtons, widgets, hasMathJax: !!(window.MathJax && window.MathJax.startup),
+          codeBlocks, copyButtons, widgets, directives, nbvalMarkers, glueImports, codeBoxes, hasMathJax: !!(window.MathJax && window.MathJax.startup),
           title: document.title, h1: document.querySelectorAll('article h1').length,
           overflow: document.documentElement.scrollWidth - window.innerWidth};
+}
+"""
+
+# Runs at phone width: what sticks out of the screen or is cut off by a box that does not scroll.
+_PHONE_JS = r"""
+() => {
+  const clippedMath = [];
+  for (const m of document.querySelectorAll('article mjx-container[display="true"]')) {
+    if (!m.getClientRects().length) continue;
+    const math = m.querySelector('mjx-math') || m;
+    const r = math.getBoundingClientRect();
+    let el = m, verdict = null;
+    while (el && el !== document.body && !verdict) {
+      const style = getComputedStyle(el), box = el.getBoundingClientRect();
+      if (r.right > box.right + 1 || r.left < box.left - 1) {
+        if (['auto', 'scroll'].includes(style.overflowX)) verdict = 'scrolls';
+        else if (['hidden', 'clip'].includes(style.overflowX)) verdict = 'clipped';
+      }
+      el = el.parentElement;
+    }
+    if (!verdict && (r.right > window.innerWidth + 1 || r.left < -1)) verdict = 'clipped';
+    if (verdict === 'clipped') clippedMath.push((m.closest('.math') || m).textContent.trim().slice(0, 50));
+  }
+  const wideFigures = Array.from(document.querySelectorAll('article img'))
+    .filter(img => { const r = img.getBoundingClientRect(); return r.width > 0 && (r.right > window.innerWidth + 1 || r.left < -1); })
+    .map(img => img.getAttribute('src'));
+  return {overflow: document.documentElement.scrollWidth - window.innerWidth, clippedMath, wideFigures};
 }
 """
 
@@ -322,6 +382,7 @@ class BookChecker:
             self._judge_images(data, problems)
             self._judge_links(page, data, problems)
             self._judge_buttons(page, data, problems)
+            self._judge_code(data, problems)
             for widget in data["widgets"]:
                 if not widget["ok"]:
                     problems.append(f"widget output with no static figure next to it (cell `{widget['where']}`)")
@@ -342,10 +403,14 @@ class BookChecker:
         try:
             tab.goto(self.url_of(page), wait_until="load")
             tab.evaluate(_WAIT_MATHJAX_JS)
-            overflow = tab.evaluate("() => document.documentElement.scrollWidth - window.innerWidth")
-            checks += 1
-            if overflow > 1:
-                problems.append(f"at phone width ({PHONE['width']} px) the page scrolls sideways by {overflow} px")
+            phone = tab.evaluate(_PHONE_JS)
+            checks += 3
+            if phone["overflow"] > 1:
+                problems.append(f"at phone width ({PHONE['width']} px) the page scrolls sideways by {phone['overflow']} px")
+            for tex in phone["clippedMath"]:
+                problems.append(f"at phone width a display equation is cut off instead of scrolling in its box: {tex!r}")
+            for src in phone["wideFigures"]:
+                problems.append(f"at phone width a figure sticks out of the screen: {src}")
             if self.screenshots is not None:
                 self._screenshot(tab, page, "phone")
         except PlaywrightError as err:
@@ -409,6 +474,26 @@ class BookChecker:
             fragment = unquote(parts.fragment)
             if fragment and target.suffix == ".html" and fragment not in _anchors(target):
                 problems.append(f"internal link to a missing anchor: {link['raw']} (text {link['text']!r})")
+
+    def _judge_code(self, data: dict, problems: list[str]) -> None:
+        """The code a cell shows: no build tooling, and a box as wide as the line length it is written to."""
+        for where in data["directives"]:
+            problems.append(f"nbdev directive (#|) in the code a cell shows: `{where}`")
+        for where in data["nbvalMarkers"]:
+            problems.append(f"nbval marker (NBVAL_...) in the code a cell shows: `{where}` (use the cell tag)")
+        for where in data["glueImports"]:
+            problems.append(f"the book's set-up (`from myst_nb import ...`) in the code a cell shows: `{where}`")
+        columns = self.site.code_columns
+        if columns:
+            narrow = [box for box in data["codeBoxes"] if box["columns"] < columns]
+            if narrow:
+                problems.append(f"at {DESKTOP['width']} px {len(narrow)} code box(es) show fewer than the {columns} "
+                                f"columns the code is written to (narrowest: {min(b['columns'] for b in narrow)}, "
+                                f"`{narrow[0]['where']}`)")
+        for box in data["codeBoxes"]:
+            if box["scrolls"] and box["longest"] <= box["columns"]:
+                problems.append(f"code box scrolls sideways though its longest line ({box['longest']} columns) "
+                                f"fits its {box['columns']} columns: `{box['where']}`")
 
     def _judge_buttons(self, page: str, data: dict, problems: list[str]) -> None:
         expected = self.site.colab.get(page)

@@ -2,7 +2,8 @@
 
 A clean page must pass, and each broken page must fail with a message naming the page and the fault:
 broken math delimiters, a wrong image path, dead internal links, a wrong Colab path, a widget with no
-static figure, a solution that is not folded, and a request that needs the network.
+static figure, a solution that is not folded, a request that needs the network, build tooling in a cell's code,
+a code box narrower than the code's line length, and an equation or figure cut off at phone width.
 """
 
 from __future__ import annotations
@@ -53,7 +54,25 @@ LAUNCH(good.ipynb)
 {"model_id": "abc", "version_major": 2, "version_minor": 0}</script></div></div>
 <p>In Jupyter the cell above is interactive; the page shows a few settings of it below.</p>
 <div class="cell"><div class="cell_output"><img src="_images/figure.png" alt="static panels"></div></div>
+<div class="cell"><div class="cell_input"><div class="highlight"><pre>x = 1  # code a reader would write</pre><button class="copybtn">copy</button></div></div></div>
+<p>A long equation that scrolls in its own box on a phone:</p>
+<div class="math notranslate nohighlight" style="overflow-x: auto">\[LONG_SUM\]</div>
 """,
+    # nbdev's and nbval's lines left in the code a cell shows (the first one folded away, as hide-input does).
+    "tooling.html": """<div class="cell"><div class="cell_input" style="display: none"><div class="highlight"><pre>
+#| export
+def f(): pass</pre></div></div></div>
+<div class="cell"><div class="cell_input"><div class="highlight"><pre># NBVAL_IGNORE_OUTPUT
+print(1)</pre></div></div></div>
+<div class="cell"><div class="cell_input"><div class="highlight"><pre># Set-up
+try:
+    from myst_nb import glue
+except ImportError:
+    glue = None</pre></div></div></div>""",
+    "narrow_code.html": """<div class="cell"><div class="cell_input"><div class="highlight">
+<pre style="width: 300px; overflow-x: auto">y = 2</pre></div></div></div>""",
+    "clipped_math.html": r'<div class="math notranslate nohighlight" style="overflow: hidden">\[LONG_SUM\]</div>',
+    "wide_figure.html": '<img src="_images/figure.png" alt="a figure drawn wider than a phone" style="width: 600px">',
     "other.html": '<section id="sec"><h2>Section</h2><p>Text.</p></section>',
     # A display equation whose closing $$ was lost: MyST leaves the TeX as text.
     "broken_math.html": r"<p>$$ \frac{QK^\top}{\sqrt{d_k}}</p><p>More text.</p>",
@@ -92,10 +111,11 @@ def fixture_site(tmp_path_factory) -> Site:
     for name, body in PAGES.items():
         title = name.removesuffix(".html")
         body = re.sub(r"LAUNCH\(([^)]+)\)", lambda m: LAUNCH.format(notebook=m.group(1)), body)
+        body = body.replace("LONG_SUM", " + ".join(f"a_{{{i}}}" for i in range(40)))
         html = HEAD.format(title=title, mathjax=MATHJAX.get(name, LOCAL_MATHJAX)) + body.replace("COLAB", COLAB) + TAIL
         (root / name).write_text(html, encoding="utf-8")
     colab = {"good.html": f"{COLAB}/good.ipynb", "wrong_colab.html": f"{COLAB}/wrong_colab.ipynb"}
-    return Site(root=root, colab=colab)
+    return Site(root=root, colab=colab, code_columns=110)
 
 
 @pytest.fixture(scope="module")
@@ -148,6 +168,31 @@ def test_page_needing_the_network_is_caught(reports):
     _assert_caught(reports["needs_network.html"],
                    "request to another origin (blocked: the page needs the network): https://cdn.jsdelivr.net",
                    "the page has math but MathJax did not load", "math not rendered by MathJax")
+
+
+def test_build_tooling_in_code_is_caught(reports):
+    _assert_caught(reports["tooling.html"], "nbdev directive (#|) in the code a cell shows: `#| export`",
+                   "nbval marker (NBVAL_...) in the code a cell shows: `# NBVAL_IGNORE_OUTPUT`",
+                   "the book's set-up (`from myst_nb import ...`) in the code a cell shows: `# Set-up`")
+
+
+def test_code_box_narrower_than_the_line_length_is_caught(reports):
+    _assert_caught(reports["narrow_code.html"], "code box(es) show fewer than the 110 columns the code is written to")
+
+
+def test_equation_cut_off_on_a_phone_is_caught(reports):
+    _assert_caught(reports["clipped_math.html"], "at phone width a display equation is cut off", "a0+a1+a2")
+
+
+def test_figure_wider_than_a_phone_is_caught(reports):
+    _assert_caught(reports["wide_figure.html"], "at phone width a figure sticks out of the screen: _images/figure.png")
+
+
+def test_the_line_length_comes_from_ruff(tmp_path):
+    from bookcheck import ruff_line_length
+
+    assert ruff_line_length(REPO_ROOT / "pyproject.toml") == 110
+    assert ruff_line_length(tmp_path / "pyproject.toml") is None
 
 
 def test_colab_links_come_from_the_config(tmp_path):
