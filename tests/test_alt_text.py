@@ -16,8 +16,6 @@ import re
 import sys
 from pathlib import Path
 
-import pytest
-
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT / "tools"))
 import figure_alt  # noqa: E402  (tools/figure_alt.py)
