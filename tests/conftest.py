@@ -42,3 +42,21 @@ def pytest_ignore_collect(collection_path: Path, config):
     if collection_path.name == "test_book.py" and collection_path.parent.name == "browser":
         return config.getoption("--book-dir") is None or None
     return None
+
+
+def read_info(folder: Path) -> dict:
+    """checkpoint.json of a checkpoint folder, without its seal (what a test edits)."""
+    import json
+
+    from transformer_book.safefiles import SEAL_KEY
+
+    info = json.loads((Path(folder) / "checkpoint.json").read_text())
+    info.pop(SEAL_KEY, None)
+    return info
+
+
+def write_info(folder: Path, info: dict) -> None:
+    """Write an edited checkpoint.json sealed again, as a deliberate edit would be (a test of the later checks)."""
+    from transformer_book.safefiles import seal
+
+    (Path(folder) / "checkpoint.json").write_text(seal(info))
