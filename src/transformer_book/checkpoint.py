@@ -19,7 +19,7 @@ from tokenizers import Tokenizer
 from .hashing import file_sha256
 from .model import Transformer, TransformerConfig
 from .runfolder import existing, read_tokenizer
-from .safefiles import ChangedDuringRead, commit_folder, lock_file, read_record, read_verified, seal
+from .safefiles import ChangedDuringRead, lock_file, read_record, read_verified, seal, swap_in
 from .training import TrainState
 
 # %% ../../chapters/10a_engineering_the_run.ipynb #10b00019
@@ -115,7 +115,7 @@ def save_checkpoint(
         try:
             info = _write_files(tmp, model, optimizer, record, tokenizer_file)
             (tmp / "checkpoint.json").write_text(seal(info))  # written last: it vouches for the rest, and itself
-            return commit_folder(tmp, path)
+            return swap_in(tmp, path)
         except SafetensorError as error:  # the library's error when the disk is full
             raise OSError(f"could not write the checkpoint {path} ({error}); free some disk space") from None
         finally:

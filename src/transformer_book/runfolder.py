@@ -2,9 +2,9 @@
 """The run folder: its lock, its tokenizer, interrupted saves, snapshots and copies to another disk (chapter 10's companion)."""
 
 # %% auto #0
-__all__ = ['COPY_EVERY_MINUTES', 'hold_run_folder', 'existing', 'has_checkpoint', 'snapshot_path', 'last_snapshots',
-           'prune_snapshots', 'repair_run_folder', 'RunTokenizer', 'MAX_TOKENIZER_BYTES', 'read_tokenizer',
-           'run_tokenizer', 'copy_run', 'RunCopier']
+__all__ = ['MAX_TOKENIZER_BYTES', 'COPY_EVERY_MINUTES', 'hold_run_folder', 'existing', 'has_checkpoint', 'snapshot_path',
+           'last_snapshots', 'prune_snapshots', 'repair_run_folder', 'RunTokenizer', 'read_tokenizer', 'run_tokenizer',
+           'copy_run', 'RunCopier']
 
 # %% ../../chapters/10a_engineering_the_run.ipynb #10b00004
 import os
@@ -20,7 +20,7 @@ from tokenizers import Tokenizer
 
 from . import data
 from .hashing import sha256_bytes
-from .safefiles import ChangedDuringRead, commit_folder, lock_file, read_record, read_regular, read_verified, seal
+from .safefiles import ChangedDuringRead, lock_file, read_plain, read_record, read_verified, seal, swap_in
 
 # %% ../../chapters/10a_engineering_the_run.ipynb #10b00010
 @contextmanager
@@ -47,10 +47,9 @@ def hold_run_folder(out: Path) -> Iterator[None]:
 def _holder(out: Path) -> str:
     """The process id written in a run folder's lock file, as text."""
     try:
-        return read_regular(out / ".lock", 64, "a process id").decode("ascii", "replace").strip() or "unknown"
+        return read_plain(out / ".lock", 64, "a process id").decode("ascii", "replace").strip() or "unknown"
     except (OSError, ValueError):
         return "unknown"
-
 
 # %% ../../chapters/10a_engineering_the_run.ipynb #10b00013
 def existing(path: Path) -> Path:
@@ -116,7 +115,7 @@ def _snapshot_from_last(last: Path, info: dict, target: Path) -> None:
         for key in ("files", "sizes"):
             snapshot[key] = {name: value for name, value in info[key].items() if name in kept}
         (tmp / "checkpoint.json").write_text(seal(snapshot))
-        commit_folder(tmp, target)
+        swap_in(tmp, target)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -137,7 +136,7 @@ MAX_TOKENIZER_BYTES = 256 << 20  # a BPE vocabulary of 37,000 tokens is about 2 
 def read_tokenizer(path: Path, expected_sha256: str | None = None, max_bytes: int = MAX_TOKENIZER_BYTES) -> RunTokenizer:
     """Read tokenizer.json once: hash its bytes, check them against `expected_sha256`, build the tokenizer from them."""
     try:
-        raw = read_regular(path, max_bytes, "a tokenizer of this book holds", ChangedDuringRead)
+        raw = read_plain(path, max_bytes, "a tokenizer of this book holds", ChangedDuringRead)
     except FileNotFoundError:
         raise FileNotFoundError(f"{path} is missing: copy the checkpoint folder whole") from None
     except ChangedDuringRead:

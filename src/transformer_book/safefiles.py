@@ -3,8 +3,7 @@
 SHA-256, folders replaced in one rename (chapter 10's companion)."""
 
 # %% auto #0
-__all__ = ['ChangedDuringRead', 'lock_file', 'read_regular', 'SEAL_KEY', 'MAX_RECORD_BYTES', 'seal', 'unseal',
-           'read_record', 'read_verified', 'commit_folder']
+__all__ = ['SEAL_KEY', 'MAX_RECORD_BYTES', 'ChangedDuringRead', 'lock_file', 'read_plain', 'seal', 'unseal', 'read_record', 'read_verified', 'swap_in']
 
 # %% ../../chapters/10a_engineering_the_run.ipynb #10b00051
 import json
@@ -48,7 +47,7 @@ def lock_file(path: Path, wait: bool) -> Iterator[int | None]:
         os.close(fd)  # closing the file releases the lock, and so does the end of the process
 
 
-def read_regular(path: Path, max_bytes: int, what: str, too_large: type[ValueError] = ValueError) -> bytes:
+def read_plain(path: Path, max_bytes: int, what: str, too_large: type[ValueError] = ValueError) -> bytes:
     """The bytes of the file `path`, refused before reading when it is not a plain file or holds over max_bytes.
 
     A FIFO or a device (a link to /dev/zero) would block the read, or never end it; `what` names the limit.
@@ -106,7 +105,7 @@ def unseal(raw: bytes, file: Path) -> dict:
 def read_record(folder: Path) -> dict:
     """checkpoint.json of a checkpoint folder: read within its size limit, unsealed, its list of files checked."""
     file = folder / "checkpoint.json"
-    info = unseal(read_regular(file, MAX_RECORD_BYTES, "a checkpoint.json ever holds"), file)
+    info = unseal(read_plain(file, MAX_RECORD_BYTES, "a checkpoint.json ever holds"), file)
     files, sizes = info.get("files"), info.get("sizes")
     if not (isinstance(files, dict) and isinstance(sizes, dict) and files.keys() == sizes.keys()
             and all(isinstance(v, str) for v in files.values())
@@ -125,7 +124,7 @@ def read_verified(folder: Path, name: str, info: dict) -> bytes:
     if name not in info["files"]:
         raise ValueError(f"{folder / 'checkpoint.json'} does not list {name}: copy the checkpoint folder whole")
     try:
-        raw = read_regular(file, info["sizes"][name], "its checkpoint.json records", ChangedDuringRead)
+        raw = read_plain(file, info["sizes"][name], "its checkpoint.json records", ChangedDuringRead)
     except FileNotFoundError:
         raise FileNotFoundError(f"{file} is missing: copy the checkpoint folder whole, or train again") from None
     if len(raw) != info["sizes"][name] or sha256_bytes(raw) != info["files"][name]:
@@ -134,7 +133,6 @@ def read_verified(folder: Path, name: str, info: dict) -> bytes:
             f"from another save; use {folder.name}.old next to it if there is one, or train again"
         )
     return raw
-
 
 # %% ../../chapters/10a_engineering_the_run.ipynb #10b00057
 def _umask() -> int:
@@ -156,7 +154,7 @@ def _fsync(path: Path) -> None:
         os.close(fd)
 
 
-def commit_folder(tmp: Path, path: Path) -> Path:
+def swap_in(tmp: Path, path: Path) -> Path:
     """Put the finished folder `tmp` in the place of `path`: flushed to disk, then renamed, the old one aside.
 
     A crash leaves the old folder, the new one, or (between the two renames) `path.old`, which loaders take.
