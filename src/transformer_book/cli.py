@@ -69,11 +69,15 @@ def _translator(checkpoint: str, average: int | None, allow_fewer: bool) -> tupl
         model, saved = load_checkpoint(checkpoint, device)
     else:
         snapshots = last_snapshots(Path(checkpoint), average)
-        if not snapshots or (len(snapshots) < average and not allow_fewer):
+        if not snapshots:
             raise ValueError(
-                f"{checkpoint} holds {len(snapshots)} snapshots (step-* folders), fewer than --average {average}; "
-                f"pass a run's snapshots folder (for example runs/multi30k/snapshots), a smaller N, or "
-                f"--allow-fewer to average the {len(snapshots) or 'none'} there are"
+                f"{checkpoint} holds no snapshots (step-* folders); with --average pass a run's snapshots folder, "
+                f"for example runs/multi30k/snapshots"
+            )
+        if len(snapshots) < average and not allow_fewer:
+            raise ValueError(
+                f"{checkpoint} holds {len(snapshots)} snapshots, fewer than --average {average}: give a smaller N, "
+                f"or add --allow-fewer to average the {len(snapshots)} there are"
             )
         model, saved = average_checkpoints(snapshots, device)
         print(f"averaged {len(snapshots)} snapshots: {', '.join(p.name for p in snapshots)}", file=sys.stderr)
