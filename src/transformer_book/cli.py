@@ -123,9 +123,16 @@ class _ShowDefaults(argparse.ArgumentDefaultsHelpFormatter):
         return action.help if action.default in (None, False) else super()._get_help_string(action)
 
 
+class _OneLineErrors(argparse.ArgumentParser):
+    """An argument parser whose errors are one line, `error: ...`, with status 2 like every other error."""
+
+    def error(self, message: str):
+        self.exit(2, f"error: {message} (see {self.prog} --help)\n")
+
+
 def _parser() -> argparse.ArgumentParser:
     """The command line's arguments, each with its default in --help."""
-    parser = argparse.ArgumentParser(prog="python -m transformer_book", description="Building the Transformer")
+    parser = _OneLineErrors(prog="python -m transformer_book", description="Building the Transformer")
     parser.add_argument("--version", action="version", version=f"transformer_book {__version__}")
     parser.add_argument("--debug", action="store_true", help="show the full traceback of an error")
     commands = parser.add_subparsers(dest="command", required=True)

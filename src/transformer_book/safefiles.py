@@ -91,7 +91,8 @@ def unseal(raw: bytes, file: Path) -> dict:
         reason = "nested too deeply" if isinstance(error, RecursionError) else str(error)
         raise ValueError(f"{file} is not valid JSON ({reason}); the copy may be cut short: copy it again") from None
     if not isinstance(info, dict):
-        raise ValueError(f"{file} holds a JSON {type(info).__name__}, not a checkpoint's record; train again")
+        kind = {type(None): "null", bool: "boolean", int: "number", float: "number", str: "string", list: "array"}
+        raise ValueError(f"{file} holds a JSON {kind[type(info)]}, not a checkpoint's record; train again")
     sealed = info.pop(SEAL_KEY, None)
     if sealed is None:
         raise ValueError(f"{file} has no {SEAL_KEY!r}: an older version wrote it, or the key is damaged; "
