@@ -283,7 +283,7 @@ def test_a_step_stored_as_text_is_refused_by_name(saved):
     write_info(saved, info)
     _, loaded = load_checkpoint(saved)
     with pytest.raises(ValueError, match=r"train_state has wrong fields \(step='10'\)"):
-        loaded.record
+        _ = loaded.record
 
 
 def test_a_configuration_too_large_for_its_weights_is_refused_before_allocating(saved):
@@ -381,3 +381,23 @@ def test_translate_with_no_sentence_on_a_terminal_says_what_to_do(saved, monkeyp
     monkeypatch.setattr(sys, "stdin", Terminal())
     assert cli.main(["translate", "--checkpoint", str(saved), "--beam-size", "1"]) == 0
     assert "Type German sentences, one per line, then Ctrl-D" in capsys.readouterr().err
+
+
+# 8. hangs ---------------------------------------------------------------------------------------------------------
+
+def test_a_stray_world_size_says_what_it_waits_for(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "src"), "WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0"}
+    env.pop("MASTER_ADDR", None)
+    result = subprocess.run([sys.executable, "-m", "transformer_book", "train", "--out", str(tmp_path / "run")],
+                            capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode == 2
+    assert result.stderr == ("error: WORLD_SIZE=2 is set but MASTER_ADDR is not: start several processes with "
+                             "torchrun, or unset WORLD_SIZE to train in this one\n")
+    env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29581")
+    with subprocess.Popen([sys.executable, "-m", "transformer_book", "train", "--out", str(tmp_path / "run")],
+                          stderr=subprocess.PIPE, text=True, env=env) as waiting:
+        try:
+            line = waiting.stderr.readline()
+        finally:
+            waiting.kill()
+    assert line.startswith("waiting for the 2 processes of WORLD_SIZE=2 to meet at 127.0.0.1:29581")

@@ -208,7 +208,7 @@ def _train(args: argparse.Namespace) -> int:
               f"Translate with its best weights, or give another --out to train anew", file=sys.stderr)
         run = done
     else:
-        device = start_distributed() if distributed else None
+        device = _join_torchrun() if distributed else None
         try:
             run = train(args.preset, args.out, device=device, max_steps=args.max_steps, log=print, amp=args.amp)
         finally:
@@ -222,3 +222,16 @@ def _train(args: argparse.Namespace) -> int:
             print(f"stopped after {run.train_state.step} updates ({run.stopped}), before the first epoch ended, "
                   f"so nothing is scored yet; run again without --max-steps to go on (checkpoint in {args.out}/last)")
     return 0
+
+
+def _join_torchrun():
+    """Join torchrun's processes, saying where first: a stray WORLD_SIZE would otherwise wait without a word."""
+    world, where = os.environ["WORLD_SIZE"], os.environ.get("MASTER_ADDR")
+    if where is None:
+        raise ValueError(f"WORLD_SIZE={world} is set but MASTER_ADDR is not: start several processes with "
+                         f"torchrun, or unset WORLD_SIZE to train in this one")
+    if os.environ.get("RANK", "0") == "0":
+        print(f"waiting for the {world} processes of WORLD_SIZE={world} to meet at {where}:"
+              f"{os.environ.get('MASTER_PORT', '?')}; if nothing follows, the others never started: "
+              f"start them with torchrun, or unset WORLD_SIZE", file=sys.stderr, flush=True)
+    return start_distributed()
