@@ -2,8 +2,8 @@
 """The run folder: its lock, its tokenizer, interrupted saves, snapshots and copies to another disk (chapter 10's companion)."""
 
 # %% auto #0
-__all__ = ['MAX_TOKENIZER_BYTES', 'COPY_EVERY_MINUTES', 'hold_run_folder', 'existing', 'has_checkpoint', 'snapshot_path',
-           'last_snapshots', 'prune_snapshots', 'repair_run_folder', 'RunTokenizer', 'read_tokenizer', 'run_tokenizer',
+__all__ = ['MAX_TOKENIZER_BYTES', 'COPY_EVERY_MINUTES', 'existing', 'has_checkpoint', 'snapshot_path', 'last_snapshots',
+           'prune_snapshots', 'repair_run_folder', 'hold_run_folder', 'RunTokenizer', 'read_tokenizer', 'run_tokenizer',
            'copy_run', 'RunCopier']
 
 # %% ../../chapters/10a_engineering_the_run.ipynb #10b00004
@@ -21,35 +21,6 @@ from tokenizers import Tokenizer
 from . import data
 from .hashing import sha256_bytes
 from .safefiles import ChangedDuringRead, lock_file, read_plain, read_record, read_verified, seal, swap_in
-
-# %% ../../chapters/10a_engineering_the_run.ipynb #10b00010
-@contextmanager
-def hold_run_folder(out: Path) -> Iterator[None]:
-    """Hold an exclusive lock on a run folder while training in it: a second training there fails at once.
-
-    The lock file `.lock` holds the trainer's process id; it is opened without following a link.
-    """
-    with ExitStack() as held:
-        try:
-            fd = held.enter_context(lock_file(out / ".lock", wait=False))
-        except BlockingIOError:
-            raise RuntimeError(
-                f"another process (PID {_holder(out)}) is training in {out}; wait for it to finish, or give "
-                f"another output folder"
-            ) from None
-        if fd is not None:
-            os.ftruncate(fd, 0)
-            os.write(fd, f"{os.getpid()}\n".encode())
-        repair_run_folder(out)  # what kills left behind, cleared while no one else can write here
-        yield  # closing the file at the end releases the lock
-
-
-def _holder(out: Path) -> str:
-    """The process id written in a run folder's lock file, as text."""
-    try:
-        return read_plain(out / ".lock", 64, "a process id").decode("ascii", "replace").strip() or "unknown"
-    except (OSError, ValueError):
-        return "unknown"
 
 # %% ../../chapters/10a_engineering_the_run.ipynb #10b00013
 def existing(path: Path) -> Path:
@@ -77,6 +48,14 @@ def prune_snapshots(out: Path, keep: int) -> None:
     """Delete all but the last `keep` snapshots of a run."""
     for old in sorted((out / "snapshots").glob("step-*"))[:-keep]:
         shutil.rmtree(old)
+
+
+def _remove(path: Path) -> None:
+    """Delete a file or a folder, if it is there."""
+    if path.is_dir():
+        shutil.rmtree(path)
+    elif path.exists():
+        path.unlink()
 
 
 def repair_run_folder(out: Path) -> None:
@@ -119,6 +98,35 @@ def _snapshot_from_last(last: Path, info: dict, target: Path) -> None:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+# %% ../../chapters/10a_engineering_the_run.ipynb #10b00010
+@contextmanager
+def hold_run_folder(out: Path) -> Iterator[None]:
+    """Hold an exclusive lock on a run folder while training in it: a second training there fails at once.
+
+    The lock file `.lock` holds the trainer's process id; it is opened without following a link.
+    """
+    with ExitStack() as held:
+        try:
+            fd = held.enter_context(lock_file(out / ".lock", wait=False))
+        except BlockingIOError:
+            raise RuntimeError(
+                f"another process (PID {_holder(out)}) is training in {out}; wait for it to finish, or give "
+                f"another output folder"
+            ) from None
+        if fd is not None:
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
+        repair_run_folder(out)  # what kills left behind, cleared while no one else can write here
+        yield  # closing the file at the end releases the lock
+
+
+def _holder(out: Path) -> str:
+    """The process id written in a run folder's lock file, as text."""
+    try:
+        return read_plain(out / ".lock", 64, "a process id").decode("ascii", "replace").strip() or "unknown"
+    except (OSError, ValueError):
+        return "unknown"
 
 # %% ../../chapters/10a_engineering_the_run.ipynb #10b00016
 @dataclass(frozen=True)
@@ -217,14 +225,6 @@ def _copy_snapshots(source: Path, target: Path) -> None:
     for gone in target.glob("step-*"):
         if gone.name.removesuffix(".old") not in kept:
             _remove(gone)
-
-
-def _remove(path: Path) -> None:
-    """Delete a file or a folder, if it is there."""
-    if path.is_dir():
-        shutil.rmtree(path)
-    elif path.exists():
-        path.unlink()
 
 
 class RunCopier:
