@@ -103,7 +103,7 @@ class Network:
     def __init__(self, *modes):
         self.modes, self.calls = list(modes), []
 
-    def __call__(self, url: str, dest: Path) -> None:
+    def __call__(self, url: str, dest: Path, *limits) -> None:
         mode = self.modes[min(len(self.calls), len(self.modes) - 1)]
         self.calls.append(url)
         assert url.startswith(MULTI30K_URL + "/"), url
@@ -254,7 +254,7 @@ def test_missing_pinned_commit_falls_back_to_the_branch(tmp_path, monkeypatch, n
     folder = _put(tmp_path / "multi30k", [n for n in FAKE if n != "val.de.gz"])
     calls = []
 
-    def fetch(url: str, dest: Path) -> None:
+    def fetch(url: str, dest: Path, *limits) -> None:
         calls.append(url)
         if url.startswith(MULTI30K_URL + "/"):
             raise urllib.error.HTTPError(url, 404, "Not Found", None, None)
@@ -286,7 +286,7 @@ def test_broken_transfer_leaves_nothing_and_is_retried_once(tmp_path, monkeypatc
     net = Network(error, "ok")
     after_each_attempt = []
 
-    def fetch(url: str, dest: Path) -> None:
+    def fetch(url: str, dest: Path, *limits) -> None:
         try:
             net(url, dest)
         finally:
@@ -331,7 +331,7 @@ def test_no_network_and_no_copy_says_what_to_do(tmp_path, monkeypatch, no_env, f
 def test_local_write_error_is_not_retried(tmp_path, monkeypatch, no_env, fake_table):
     calls = []
 
-    def disk_full(url: str, dest: Path) -> None:
+    def disk_full(url: str, dest: Path, *limits) -> None:
         calls.append(url)
         raise OSError(28, "No space left on device")
 

@@ -4,12 +4,15 @@ reads checked before they start, the lock that follows no link, and the command 
 Each test is one probe of the issue turned into a test; each fails on the code before the fix."""
 
 import dataclasses
+import http.server
 import json
 import multiprocessing
 import os
 import shutil
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -17,7 +20,7 @@ import torch
 from conftest import needs_data, read_info, write_info
 from safetensors import SafetensorError
 
-from transformer_book import checkpoint, cli, data, runfolder
+from transformer_book import checkpoint, cli, data, multi30k, runfolder
 from transformer_book.checkpoint import RunRecord, load_checkpoint, save_checkpoint
 from transformer_book.model import Transformer
 from transformer_book.presets import PRESETS, model_config
@@ -401,3 +404,72 @@ def test_a_stray_world_size_says_what_it_waits_for(tmp_path):
         finally:
             waiting.kill()
     assert line.startswith("waiting for the 2 processes of WORLD_SIZE=2 to meet at 127.0.0.1:29581")
+
+
+# 10. downloads: capped at the file's size, bounded in time --------------------------------------------------------
+
+class _Server(http.server.BaseHTTPRequestHandler):
+    """/endless: a body that never ends; /abc: a length that is not a number; /burst: a burst, then a drip."""
+
+    def do_GET(self):  # noqa: N802 (the name http.server calls)
+        self.send_response(200)
+        if self.path == "/abc":
+            self.send_header("Content-Length", "abc")
+        self.end_headers()
+        try:
+            if self.path == "/burst":
+                self.wfile.write(b"x" * 50_000)
+            for _ in range(10_000 if self.path != "/abc" else 1):
+                self.wfile.write(b"x" * (65536 if self.path == "/endless" else 1))
+                self.wfile.flush()
+                time.sleep(0 if self.path == "/endless" else 0.05)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def server():
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Server)
+    httpd.daemon_threads = True
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def test_an_endless_body_is_cut_off_at_the_files_size(server, tmp_path):
+    with pytest.raises(ConnectionError, match="the server sent more than the file's 637,044 bytes"):
+        multi30k._fetch(f"{server}/endless", tmp_path / "f", multi30k.MULTI30K_SIZES["train.de.gz"])
+    assert (tmp_path / "f").stat().st_size < 637_044 + 65_536
+
+
+def test_a_length_that_is_not_a_number_is_named(server, tmp_path):
+    with pytest.raises(ConnectionError, match=r"a length that is not a number \(Content-Length: 'abc'\)"):
+        multi30k._fetch(f"{server}/abc", tmp_path / "f")
+
+
+def test_all_attempts_of_a_file_share_one_deadline_well_under_200_s(server, tmp_path, monkeypatch):
+    assert multi30k._DOWNLOAD_DEADLINE_S + multi30k._DOWNLOAD_TIMEOUT_S < 200
+    monkeypatch.setattr(multi30k, "_DOWNLOAD_DEADLINE_S", 2)
+    monkeypatch.setattr(multi30k, "MULTI30K_URL", f"{server}/burst?")
+    monkeypatch.setattr(multi30k, "MULTI30K_FILES", {"x.gz": "0" * 64})
+    monkeypatch.delenv(multi30k.DATA_ENV, raising=False)
+    start = time.monotonic()
+    with pytest.raises(data.DataError, match="took longer than 2 s in all"):
+        multi30k.download_multi30k(tmp_path)
+    assert time.monotonic() - start < 5  # one deadline for both attempts, not one each
+    assert list((tmp_path / "multi30k").iterdir()) == []
+
+
+# 7. ids the tokenizer does not have ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("bad", [60, -1, 10**20])
+def test_decoding_an_id_the_tokenizer_does_not_have_is_refused(bad):
+    tokenizer = data.train_tokenizer(["ein hund läuft", "a dog runs"] * 40, vocab_size=60)
+    size = tokenizer.get_vocab_size()
+    bad = size if bad == 60 else bad
+    with pytest.raises(ValueError, match=rf"ids holds {bad}, not a token id of this tokenizer \(0 to {size - 1}\)"):
+        data.decode(tokenizer, [5, bad, 6])
