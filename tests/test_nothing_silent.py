@@ -473,3 +473,10 @@ def test_decoding_an_id_the_tokenizer_does_not_have_is_refused(bad):
     bad = size if bad == 60 else bad
     with pytest.raises(ValueError, match=rf"ids holds {bad}, not a token id of this tokenizer \(0 to {size - 1}\)"):
         data.decode(tokenizer, [5, bad, 6])
+
+
+def test_a_nan_sampling_temperature_is_refused():
+    from transformer_book.generation import sample_next
+
+    with pytest.raises(ValueError, match="temperature must be a number >= 0 \\(0: greedy\\); got nan"):
+        sample_next(torch.zeros(1, 5), temperature=float("nan"))
