@@ -60,3 +60,19 @@ def write_info(folder: Path, info: dict) -> None:
     from transformer_book.safefiles import seal
 
     (Path(folder) / "checkpoint.json").write_text(seal(info))
+
+
+def serve_http(handler):
+    """Serve `handler` (an http.server request handler class) on a free local port, in a thread; yields the URL.
+
+    Use as a fixture body: `yield from serve_http(MyHandler)`.
+    """
+    import http.server
+    import threading
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()

@@ -125,17 +125,7 @@ def test_cell_on_colab_tries_pypi_then_the_tag_and_says_what_pip_said(tmp_path):
     fake_python = tmp_path / "fake-python"
     fake_python.write_text(f'#!/bin/sh\necho "$@" >> {log}\necho "ERROR: No matching distribution" >&2\nexit 1\n')
     fake_python.chmod(0o755)
-    prelude = f"""
-        import sys, types
-        sys.modules["google.colab"] = types.ModuleType("google.colab")
-        class _NoBook:
-            def find_spec(self, name, path=None, target=None):
-                if name == "transformer_book":
-                    raise ModuleNotFoundError("No module named 'transformer_book'", name=name)
-        sys.meta_path.insert(0, _NoBook())
-        sys.executable = {str(fake_python)!r}
-    """
-    result = _run_cell(tmp_path, prelude)
+    result = _run_cell(tmp_path, _colab_with(fake_python))
     assert result.returncode != 0
     tried = log.read_text().splitlines()
     assert tried == [
@@ -152,6 +142,11 @@ def _colab_whose_pip_says(tmp_path: Path, message: str, status: int) -> str:
     fake_python = tmp_path / "fake-python"
     fake_python.write_text(f"#!/bin/sh\necho {message!r} >&2\nexit {status}\n")
     fake_python.chmod(0o755)
+    return _colab_with(fake_python)
+
+
+def _colab_with(fake_python: Path) -> str:
+    """A prelude: Colab, transformer_book not importable, and `fake_python` as the Python that runs pip."""
     return f"""
         import sys, types
         sys.modules["google.colab"] = types.ModuleType("google.colab")

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import serve_http
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -676,13 +677,7 @@ class _Drip(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def drip_server():
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Drip)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    yield from serve_http(_Drip)
 
 
 def test_a_server_that_drips_bytes_hits_the_deadline(tmp_path, drip_server, monkeypatch):

@@ -11,13 +11,12 @@ import os
 import shutil
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import needs_data, read_info, write_info
+from conftest import needs_data, read_info, serve_http, write_info
 from safetensors import SafetensorError
 
 from transformer_book import checkpoint, cli, data, multi30k, runfolder
@@ -38,6 +37,9 @@ RECORD = RunRecord(preset=dataclasses.asdict(dataclasses.replace(PRESETS["smoke"
                                           train_seconds=2.0))
 
 
+TOKENIZER = data.train_tokenizer(["ein hund läuft", "a dog runs"] * 40, vocab_size=60)
+
+
 def _tiny_model(vocab_size: int, seed: int = 0) -> Transformer:
     torch.manual_seed(seed)
     return Transformer(model_config(PRESETS["smoke"], vocab_size)).eval()
@@ -46,9 +48,8 @@ def _tiny_model(vocab_size: int, seed: int = 0) -> Transformer:
 @pytest.fixture()
 def saved(tmp_path):
     """A checkpoint with Adam's state and a run record, as `last/` holds."""
-    tokenizer = data.train_tokenizer(["ein hund läuft", "a dog runs"] * 40, vocab_size=60)
-    data.save_tokenizer(tokenizer, tmp_path / "tok.json")
-    model = _tiny_model(tokenizer.get_vocab_size())
+    data.save_tokenizer(TOKENIZER, tmp_path / "tok.json")
+    model = _tiny_model(TOKENIZER.get_vocab_size())
     optimizer = torch.optim.Adam(model.parameters())
     model(torch.tensor([[5, 6, 2]]), torch.tensor([[1, 5]])).sum().backward()
     optimizer.step()
@@ -432,12 +433,7 @@ class _Server(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def server():
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Server)
-    httpd.daemon_threads = True
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
-    httpd.server_close()
+    yield from serve_http(_Server)
 
 
 def test_an_endless_body_is_cut_off_at_the_files_size(server, tmp_path):
@@ -468,11 +464,10 @@ def test_all_attempts_of_a_file_share_one_deadline_well_under_200_s(server, tmp_
 
 @pytest.mark.parametrize("bad", [60, -1, 10**20])
 def test_decoding_an_id_the_tokenizer_does_not_have_is_refused(bad):
-    tokenizer = data.train_tokenizer(["ein hund läuft", "a dog runs"] * 40, vocab_size=60)
-    size = tokenizer.get_vocab_size()
+    size = TOKENIZER.get_vocab_size()
     bad = size if bad == 60 else bad
     with pytest.raises(ValueError, match=rf"ids holds {bad}, not a token id of this tokenizer \(0 to {size - 1}\)"):
-        data.decode(tokenizer, [5, bad, 6])
+        data.decode(TOKENIZER, [5, bad, 6])
 
 
 def test_a_nan_sampling_temperature_is_refused():
