@@ -475,3 +475,10 @@ def test_a_nan_sampling_temperature_is_refused():
 
     with pytest.raises(ValueError, match="temperature must be a number >= 0 \\(0: greedy\\); got nan"):
         sample_next(torch.zeros(1, 5), temperature=float("nan"))
+
+
+def test_a_run_folder_reached_through_a_link_still_saves(saved, tmp_path):
+    (tmp_path / "link").symlink_to(saved.parent, target_is_directory=True)  # --out given as a link to a folder
+    save_checkpoint(tmp_path / "link" / "best", _tiny_model(TOKENIZER.get_vocab_size()), None, RECORD,
+                    saved / "tokenizer.json")
+    load_checkpoint(saved.parent / "best")

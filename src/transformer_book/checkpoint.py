@@ -74,7 +74,8 @@ class RunRecord:
         kinds = {"preset": dict, "history": list, "device": str, "amp": str, "scaler": (dict, type(None)),
                  "stopped": (str, type(None)), "scored_partial": bool}
         wrong = [name for name, kind in kinds.items() if not isinstance(getattr(record, name), kind)]
-        if wrong or not all(isinstance(entry, dict) for entry in record.history):
+        if wrong or not all(isinstance(entry, dict) and type(entry.get("val_bleu", 0.0)) in (int, float)
+                            for entry in record.history):
             raise ValueError(f"{folder}/checkpoint.json holds fields of the wrong type ({wrong or 'history'}): "
                              f"train() did not write it; move it away to start afresh")
         return record
@@ -108,7 +109,7 @@ def save_checkpoint(
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with lock_file(path.parent, wait=True):
+    with lock_file(path.parent, wait=True, folder=True):
         # This save's own temporary folder, next to the target (a rename cannot cross file systems): a kill
         # leaves only a `.NAME-*.tmp`, which the next run clears.
         tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}-", suffix=".tmp", dir=path.parent))

@@ -22,9 +22,10 @@ class ChangedDuringRead(ValueError):
 
 
 @contextmanager
-def lock_file(path: Path, wait: bool) -> Iterator[int | None]:
-    """Hold an exclusive `flock` on the file or folder `path`, opened without following a link; yield its descriptor.
+def lock_file(path: Path, wait: bool, folder: bool = False) -> Iterator[int | None]:
+    """Hold an exclusive `flock` on the file `path`, opened without following a link; yield its descriptor.
 
+    folder=True locks the folder `path` itself (nothing is written to it, so a link to it may be followed).
     wait=False raises BlockingIOError at once when another process holds it. Where the system has no flock
     (Windows) nothing is locked and None is yielded.
     """
@@ -34,8 +35,7 @@ def lock_file(path: Path, wait: bool) -> Iterator[int | None]:
         yield None
         return
     try:
-        flags = os.O_RDONLY if path.is_dir() else os.O_RDWR | os.O_CREAT  # a folder is locked as it is
-        fd = os.open(path, flags | os.O_NOFOLLOW, 0o644)
+        fd = os.open(path, os.O_RDONLY if folder else os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
     except OSError as error:
         if path.is_symlink():
             raise OSError(f"{path} is a symbolic link; a lock file is never one: delete the link and run again") from None
