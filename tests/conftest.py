@@ -42,3 +42,37 @@ def pytest_ignore_collect(collection_path: Path, config):
     if collection_path.name == "test_book.py" and collection_path.parent.name == "browser":
         return config.getoption("--book-dir") is None or None
     return None
+
+
+def read_info(folder: Path) -> dict:
+    """checkpoint.json of a checkpoint folder, without its seal (what a test edits)."""
+    import json
+
+    from transformer_book.safefiles import SEAL_KEY
+
+    info = json.loads((Path(folder) / "checkpoint.json").read_text())
+    info.pop(SEAL_KEY, None)
+    return info
+
+
+def write_info(folder: Path, info: dict) -> None:
+    """Write an edited checkpoint.json sealed again, as a deliberate edit would be (a test of the later checks)."""
+    from transformer_book.safefiles import seal
+
+    (Path(folder) / "checkpoint.json").write_text(seal(info))
+
+
+def serve_http(handler):
+    """Serve `handler` (an http.server request handler class) on a free local port, in a thread; yields the URL.
+
+    Use as a fixture body: `yield from serve_http(MyHandler)`.
+    """
+    import http.server
+    import threading
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()

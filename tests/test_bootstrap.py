@@ -125,7 +125,29 @@ def test_cell_on_colab_tries_pypi_then_the_tag_and_says_what_pip_said(tmp_path):
     fake_python = tmp_path / "fake-python"
     fake_python.write_text(f'#!/bin/sh\necho "$@" >> {log}\necho "ERROR: No matching distribution" >&2\nexit 1\n')
     fake_python.chmod(0o755)
-    prelude = f"""
+    result = _run_cell(tmp_path, _colab_with(fake_python))
+    assert result.returncode != 0
+    tried = log.read_text().splitlines()
+    assert tried == [
+        f"-m pip install -q transformer-book=={VERSION}",
+        f"-m pip install -q git+{bootstrap.read_repository()}@v{VERSION}",
+    ]
+    assert "Runtime -> Restart session" not in result.stderr  # a restart cannot help: no release exists
+    assert f"No release of version {VERSION} could be installed (PyPI has no transformer-book {VERSION})" in result.stderr
+    assert "pip said:" in result.stderr and "No matching distribution" in result.stderr
+
+
+def _colab_whose_pip_says(tmp_path: Path, message: str, status: int) -> str:
+    """A prelude: Colab, transformer_book not importable, and a pip that prints `message` and exits `status`."""
+    fake_python = tmp_path / "fake-python"
+    fake_python.write_text(f"#!/bin/sh\necho {message!r} >&2\nexit {status}\n")
+    fake_python.chmod(0o755)
+    return _colab_with(fake_python)
+
+
+def _colab_with(fake_python: Path) -> str:
+    """A prelude: Colab, transformer_book not importable, and `fake_python` as the Python that runs pip."""
+    return f"""
         import sys, types
         sys.modules["google.colab"] = types.ModuleType("google.colab")
         class _NoBook:
@@ -135,15 +157,16 @@ def test_cell_on_colab_tries_pypi_then_the_tag_and_says_what_pip_said(tmp_path):
         sys.meta_path.insert(0, _NoBook())
         sys.executable = {str(fake_python)!r}
     """
-    result = _run_cell(tmp_path, prelude)
-    assert result.returncode != 0
-    tried = log.read_text().splitlines()
-    assert tried == [
-        f"-m pip install -q transformer-book=={VERSION}",
-        f"-m pip install -q git+{bootstrap.read_repository()}@v{VERSION}",
-    ]
-    assert "Runtime -> Restart session, then run this cell again." in result.stderr
-    assert "pip said:" in result.stderr and "No matching distribution" in result.stderr
+
+
+@pytest.mark.parametrize("pip_says, status, advice", [
+    ("Failed to establish a new connection: [Errno 101] Network is unreachable", 1, "has no network connection"),
+    ("error: pathspec 'v0.0.0' did not match any file(s) known to git", 1, "the book's repository has no tag v"),
+    ("", 0, "Runtime -> Restart session, then run this cell again."),  # installed; the old copy is loaded
+])
+def test_cell_on_colab_names_why_the_version_is_missing(tmp_path, pip_says, status, advice):
+    result = _run_cell(tmp_path, _colab_whose_pip_says(tmp_path, pip_says, status))
+    assert result.returncode != 0 and advice in result.stderr
 
 
 def test_cell_on_colab_installs_nothing_when_the_right_version_imports(tmp_path):

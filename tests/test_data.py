@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import serve_http
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -103,7 +104,7 @@ class Network:
     def __init__(self, *modes):
         self.modes, self.calls = list(modes), []
 
-    def __call__(self, url: str, dest: Path) -> None:
+    def __call__(self, url: str, dest: Path, *limits) -> None:
         mode = self.modes[min(len(self.calls), len(self.modes) - 1)]
         self.calls.append(url)
         assert url.startswith(MULTI30K_URL + "/"), url
@@ -254,7 +255,7 @@ def test_missing_pinned_commit_falls_back_to_the_branch(tmp_path, monkeypatch, n
     folder = _put(tmp_path / "multi30k", [n for n in FAKE if n != "val.de.gz"])
     calls = []
 
-    def fetch(url: str, dest: Path) -> None:
+    def fetch(url: str, dest: Path, *limits) -> None:
         calls.append(url)
         if url.startswith(MULTI30K_URL + "/"):
             raise urllib.error.HTTPError(url, 404, "Not Found", None, None)
@@ -286,7 +287,7 @@ def test_broken_transfer_leaves_nothing_and_is_retried_once(tmp_path, monkeypatc
     net = Network(error, "ok")
     after_each_attempt = []
 
-    def fetch(url: str, dest: Path) -> None:
+    def fetch(url: str, dest: Path, *limits) -> None:
         try:
             net(url, dest)
         finally:
@@ -331,7 +332,7 @@ def test_no_network_and_no_copy_says_what_to_do(tmp_path, monkeypatch, no_env, f
 def test_local_write_error_is_not_retried(tmp_path, monkeypatch, no_env, fake_table):
     calls = []
 
-    def disk_full(url: str, dest: Path) -> None:
+    def disk_full(url: str, dest: Path, *limits) -> None:
         calls.append(url)
         raise OSError(28, "No space left on device")
 
@@ -676,13 +677,7 @@ class _Drip(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def drip_server():
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Drip)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    yield from serve_http(_Drip)
 
 
 def test_a_server_that_drips_bytes_hits_the_deadline(tmp_path, drip_server, monkeypatch):

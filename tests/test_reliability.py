@@ -2,6 +2,7 @@
 command line's errors (issue: faults and bad input)."""
 
 import dataclasses
+import hashlib
 import json
 import os
 import subprocess
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import needs_data
+from conftest import needs_data, read_info, write_info
 
 from transformer_book import data
 from transformer_book.checkpoint import load_checkpoint, save_checkpoint
@@ -56,10 +57,12 @@ def test_a_flipped_byte_in_the_weights_is_refused_with_the_file_named(saved):
 
 def test_garbage_weights_give_an_error_naming_the_file(saved):
     _, path, _ = saved
-    (path / "model.safetensors").write_bytes(b"not a safetensors file")
-    info = json.loads((path / "checkpoint.json").read_text())
-    del info["files"]  # as an older checkpoint, which records no sums
-    (path / "checkpoint.json").write_text(json.dumps(info))
+    garbage = b"not a safetensors file".ljust((path / "model.safetensors").stat().st_size, b".")
+    (path / "model.safetensors").write_bytes(garbage)
+    info = read_info(path)
+    info["files"]["model.safetensors"] = hashlib.sha256(garbage).hexdigest()
+    info["sizes"]["model.safetensors"] = len(garbage)
+    write_info(path, info)  # the garbage recorded as the weights: the parser itself must refuse it
     with pytest.raises(ValueError, match=r"model\.safetensors is not a readable safetensors file"):
         load_checkpoint(path)
 
@@ -202,9 +205,8 @@ def test_translator_refuses_what_is_not_text(saved, bad):
 @needs_data
 def test_resume_from_a_record_without_its_training_state_names_the_file(tmp_path):
     train(TINY, tmp_path / "run", device=CPU, progress=False, max_steps=2)
-    record = tmp_path / "run" / "last" / "checkpoint.json"
-    info = json.loads(record.read_text())
+    info = read_info(tmp_path / "run" / "last")
     del info["train_state"]
-    record.write_text(json.dumps(info))
+    write_info(tmp_path / "run" / "last", info)
     with pytest.raises(ValueError, match=r"last/checkpoint\.json has no \['train_state'\]"):
         train(TINY, tmp_path / "run", device=CPU, progress=False)

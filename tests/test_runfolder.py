@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import needs_data
+from conftest import needs_data, read_info, write_info
 
 from transformer_book import cli, data, runfolder
 from transformer_book.checkpoint import RunRecord, load_checkpoint, save_checkpoint
@@ -41,7 +41,7 @@ OLD_CHECKPOINT_JSON = """{"preset": {"name": "smoke", "d_model": 32, "num_heads"
  "tie_embeddings": true, "pad_id": 0},
  "tokenizer_sha256": "05727d68b83541fdec3e3562049e56a7fe38f0ee7376cf2f69c12bd9149572d6",
  "files": {"tokenizer.json": "05727d68b83541fdec3e3562049e56a7fe38f0ee7376cf2f69c12bd9149572d6"}}"""
-CHECKPOINT_KEYS = {"param_groups", "config", "tokenizer_sha256", "files"}  # written by save_checkpoint, not the record
+CHECKPOINT_KEYS = {"param_groups", "config", "tokenizer_sha256", "files", "sizes"}  # written by save_checkpoint, not the record
 
 
 def test_run_record_round_trips_through_json():
@@ -75,19 +75,14 @@ def test_a_record_without_its_training_state_names_the_file_and_what_is_missing(
 
 
 @needs_data
-def test_a_run_folder_written_in_the_old_format_resumes(tmp_path):
-    train(TINY, tmp_path / "whole", device=CPU, progress=False)
-    whole = RunRecord.from_json(json.loads((tmp_path / "whole" / "last" / "checkpoint.json").read_text()), "whole")
+def test_a_run_folder_of_the_previous_version_is_refused_by_name(tmp_path):
     train(TINY, tmp_path / "old", device=CPU, progress=False, max_steps=3)
-    info_file = tmp_path / "old" / "last" / "checkpoint.json"
-    info = json.loads(info_file.read_text())
+    info = read_info(tmp_path / "old" / "last")
     old = json.loads(OLD_CHECKPOINT_JSON)
-    assert set(info) == set(old)  # the keys the previous version wrote, and no others
-    info_file.write_text(json.dumps({key: info[key] for key in old}))  # in the previous version's key order
-    lines = []
-    resumed = train(TINY, tmp_path / "old", device=CPU, progress=False, log=lines.append)
-    assert "at step 3" in lines[0]
-    assert resumed.train_state.losses == whole.train_state.losses
+    assert set(info) == set(old) | {"sizes"}  # the keys the previous version wrote, the sizes, and the seal
+    (tmp_path / "old" / "last" / "checkpoint.json").write_text(json.dumps({key: info[key] for key in old}))
+    with pytest.raises(ValueError, match=r"last/checkpoint\.json has no 'record_sha256': an older version wrote it"):
+        train(TINY, tmp_path / "old", device=CPU, progress=False)
 
 
 def _tiny_checkpoint(folder: Path) -> tuple[Transformer, Path]:
@@ -176,10 +171,9 @@ def test_the_command_line_decodes_with_the_presets_beam_unless_told(tmp_path, mo
     assert cli.main(["translate", "--checkpoint", str(path), "ein hund"]) == 0
     assert cli.main(["translate", "--checkpoint", str(path), "--beam-size", "3", "ein hund"]) == 0
     assert beams == [PRESETS["smoke"].beam_size, 3]
-    info = json.loads((path / "checkpoint.json").read_text())
-    without = copy.deepcopy(info)
+    without = copy.deepcopy(read_info(path))
     del without["preset"], without["train_state"]  # a checkpoint saved by hand records no preset
-    (path / "checkpoint.json").write_text(json.dumps(without))
+    write_info(path, without)
     assert cli.main(["translate", "--checkpoint", str(path), "ein hund"]) == 0
     assert beams[-1] == PRESETS["cpu"].beam_size
 

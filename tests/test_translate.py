@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import needs_data
+from conftest import needs_data, read_info, write_info
 
 from transformer_book import checkpoint, data
 from transformer_book import run as run_module
@@ -89,9 +89,9 @@ def test_checkpoint_round_trip_gives_identical_logits(small_checkpoint):
 
 def test_checkpoint_from_another_config_is_refused(small_checkpoint):
     _, path = small_checkpoint
-    info = json.loads((path / "checkpoint.json").read_text())
+    info = read_info(path)
     info["config"]["d_ff"] = 128
-    (path / "checkpoint.json").write_text(json.dumps(info))
+    write_info(path, info)  # sealed again, as a deliberate edit would be
     with pytest.raises(ValueError, match="do not fit the configuration"):
         load_checkpoint(path)
 
@@ -115,10 +115,11 @@ def test_checkpoint_json_without_its_keys_or_cut_short_is_refused(small_checkpoi
     info_file.write_text(text[: len(text) // 2])
     with pytest.raises(ValueError, match="not valid JSON"):
         load_checkpoint(path)
-    info = json.loads(text)
+    info_file.write_text(text)
+    info = read_info(path)
     del info["config"]
-    info_file.write_text(json.dumps(info))
-    with pytest.raises(ValueError, match=r"has no \['config'\]"):
+    write_info(path, info)
+    with pytest.raises(ValueError, match=r"has no \['config', 'tokenizer_sha256'\]"):
         load_checkpoint(path)
 
 

@@ -56,7 +56,7 @@ def _imported_book_version() -> str | None:
     return transformer_book.__version__
 
 
-_pip_errors = ""
+_pip_errors, _installed = "", False
 if ON_COLAB and _imported_book_version() != BOOK_VERSION:
     for _source in (
         f"transformer-book=={BOOK_VERSION}",  # the release on PyPI, else the same release from its tag:
@@ -67,18 +67,37 @@ if ON_COLAB and _imported_book_version() != BOOK_VERSION:
         )
         _pip_errors += _pip.stderr
         if _pip.returncode == 0:
+            _installed = True
             break
     importlib.invalidate_caches()
+
+
+def _why_not_installed(pip_said: str) -> str:
+    """Why neither PyPI nor the repository gave this version, as pip's messages tell it, and what to do."""
+    offline = ("Could not resolve", "Failed to establish", "Network is unreachable", "Temporary failure in name")
+    if any(sign in pip_said for sign in offline):
+        return ("This session has no network connection: Runtime -> Disconnect and delete runtime, then run "
+                "this cell again.")
+    causes = []
+    if "No matching distribution" in pip_said or "Could not find a version" in pip_said:
+        causes.append(f"PyPI has no transformer-book {BOOK_VERSION}")
+    if any(sign in pip_said for sign in ("did not match any", "not found in upstream", "Repository not found")):
+        causes.append(f"the book's repository has no tag v{BOOK_VERSION}")
+    return (f"No release of version {BOOK_VERSION} could be installed ({'; '.join(causes) or 'see pip below'}): "
+            f"open this chapter from a released version of the book.")
+
 
 if (_found := _imported_book_version()) != BOOK_VERSION:
     _problem = (
         "Python cannot import transformer_book" if _found is None
         else f"Python imports transformer_book {_found}, not {BOOK_VERSION}"
     )
-    _fix = (
-        "Runtime -> Restart session, then run this cell again." if ON_COLAB
-        else "In the book's folder run `make setup` and use the kernel of .venv, or run `pip install -e .` there."
-    )
+    if not ON_COLAB:
+        _fix = "In the book's folder run `make setup` and use the kernel of .venv, or run `pip install -e .` there."
+    elif _installed or not _pip_errors:  # installed, but an older copy is already loaded
+        _fix = "Runtime -> Restart session, then run this cell again."
+    else:
+        _fix = _why_not_installed(_pip_errors)
     _pip_said = f"\\npip said:\\n{_pip_errors[-2000:]}" if _pip_errors else ""
     raise ImportError(f"This chapter needs transformer_book {BOOK_VERSION}: {_problem}. {_fix}{_pip_said}")
 

@@ -5,12 +5,10 @@
 __all__ = ['REQUIRED_KEYS', 'RunRecord', 'save_checkpoint', 'Checkpoint', 'load_checkpoint', 'load_optimizer_state', 'average_checkpoints']
 
 # %% ../../chapters/10a_engineering_the_run.ipynb #10b00005
-import json
-import os
 import shutil
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import torch
@@ -18,19 +16,13 @@ from safetensors import SafetensorError
 from safetensors.torch import load, save_file
 from tokenizers import Tokenizer
 
-from .hashing import file_sha256, sha256_bytes
+from .hashing import file_sha256
 from .model import Transformer, TransformerConfig
-from .runfolder import ChangedDuringRead, existing, read_tokenizer
+from .runfolder import existing, read_tokenizer
+from .safefiles import ChangedDuringRead, lock_file, read_record, read_verified, seal, swap_in
 from .training import TrainState
 
 # %% ../../chapters/10a_engineering_the_run.ipynb #10b00019
-def _umask() -> int:
-    """The process's umask (os.umask can only be read by setting it)."""
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
 def _optimizer_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], list[dict]]:
     """Adam's state as flat named tensors (for safetensors) plus its settings (for JSON)."""
     state = optimizer.state_dict()
@@ -40,18 +32,6 @@ def _optimizer_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torc
         for name, value in param_state.items()
     }
     return tensors, state["param_groups"]
-
-
-def _fsync(path: Path) -> None:
-    """Flush a file, or a folder's list of entries, to the disk."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except (IsADirectoryError, PermissionError):  # Windows cannot open a folder this way: nothing to flush
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 # %% ../../chapters/10a_engineering_the_run.ipynb #10b00021
 @dataclass
@@ -86,58 +66,84 @@ class RunRecord:
         if missing:
             raise ValueError(f"{folder}/checkpoint.json has no {missing}: it was not written by train(); "
                              f"move it away to start afresh")
-        return cls(
+        record = cls(
             preset=info["preset"], device=info.get("device", "cpu"), amp=info.get("amp", "None"),
-            history=info.get("history", []), train_state=TrainState(**info["train_state"]),
+            history=info.get("history", []), train_state=_train_state(info["train_state"], folder),
             scaler=info.get("scaler"), stopped=info.get("stopped"), scored_partial=info.get("scored_partial", False),
         )
+        kinds = {"preset": dict, "history": list, "device": str, "amp": str, "scaler": (dict, type(None)),
+                 "stopped": (str, type(None)), "scored_partial": bool}
+        wrong = [name for name, kind in kinds.items() if not isinstance(getattr(record, name), kind)]
+        if wrong or not all(isinstance(entry, dict) and type(entry.get("val_bleu", 0.0)) in (int, float)
+                            for entry in record.history):
+            raise ValueError(f"{folder}/checkpoint.json holds fields of the wrong type ({wrong or 'history'}): "
+                             f"train() did not write it; move it away to start afresh")
+        return record
+
+
+def _train_state(values: dict, folder: Path | str) -> TrainState:
+    """The TrainState in a record, each field checked for its type: a step stored as text is refused by name."""
+    kinds = {f.name: f.type for f in fields(TrainState)}
+    wrong = sorted(set(values) - set(kinds)) if isinstance(values, dict) else ["train_state"]
+    for name, value in values.items() if not wrong else ():
+        if kinds[name] in (int, "int"):
+            ok = type(value) is int and value >= 0
+        elif kinds[name] in (float, "float"):
+            ok = type(value) in (int, float)
+        else:  # the losses
+            ok = isinstance(value, list) and all(type(x) in (int, float) for x in value)
+        wrong += [] if ok else [f"{name}={value!r}"]
+    if wrong:
+        raise ValueError(f"{folder}/checkpoint.json: train_state has wrong fields ({', '.join(wrong)[:200]}); "
+                         f"train() did not write it: move the folder away to start afresh")
+    return TrainState(**values)
 
 # %% ../../chapters/10a_engineering_the_run.ipynb #10b00022
 def save_checkpoint(
     path: str | Path, model: Transformer, optimizer: torch.optim.Optimizer | None, record: RunRecord | None,
     tokenizer_file: str | Path,
 ) -> Path:
-    """Write a checkpoint folder atomically: a crash at any moment leaves the old one or the new one."""
+    """Write a checkpoint folder atomically: a crash at any moment leaves the old one or the new one.
+
+    Saves into one folder take turns (they lock the folder that holds it), so two processes never interleave.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    # This save's own temporary folder, next to the target (a rename cannot cross file systems): two saves
-    # never write into one folder, and a kill leaves only a `.NAME-*.tmp` that the next run clears.
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}-", suffix=".tmp", dir=path.parent))
-    old = path.with_name(path.name + ".old")
+    with lock_file(path.parent, wait=True, folder=True):
+        # This save's own temporary folder, next to the target (a rename cannot cross file systems): a kill
+        # leaves only a `.NAME-*.tmp`, which the next run clears.
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}-", suffix=".tmp", dir=path.parent))
+        try:
+            info = _write_files(tmp, model, optimizer, record, tokenizer_file)
+            (tmp / "checkpoint.json").write_text(seal(info))  # written last: it vouches for the rest, and itself
+            return swap_in(tmp, path)
+        except SafetensorError as error:  # the library's error when the disk is full
+            raise OSError(f"could not write the checkpoint {path} ({error}); free some disk space") from None
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)  # gone already when the save succeeded
+
+
+def _write_files(tmp: Path, model: Transformer, optimizer: torch.optim.Optimizer | None, record: RunRecord | None,
+                 tokenizer_file: str | Path) -> dict:
+    """Write the weights, Adam's state and the tokenizer into `tmp`; returns what checkpoint.json records."""
     info = record.to_json() if record is not None else {}
-    try:
-        # Tied embeddings are one tensor under three names: store it once (safetensors refuses shared memory).
-        tied = ("tgt_embed.weight", "generator.weight") if model.config.tie_embeddings else ()
-        weights = {k: v.detach().contiguous() for k, v in model.state_dict().items() if k not in tied}
-        save_file(weights, tmp / "model.safetensors")
-        if optimizer is not None:
-            tensors, groups = _optimizer_tensors(optimizer)
-            tensors["rng_state"] = torch.get_rng_state()  # dropout on the CPU draws from this generator
-            device = next(model.parameters()).device
-            if device.type == "cuda":
-                tensors["cuda_rng_state"] = torch.cuda.get_rng_state(device)  # and on a GPU from this one
-            save_file(tensors, tmp / "optimizer.safetensors")
-            info["param_groups"] = groups
-        shutil.copyfile(tokenizer_file, tmp / "tokenizer.json")
-        files = {file.name: file_sha256(file) for file in sorted(tmp.iterdir())}
-        info = {**info, "config": asdict(model.config), "tokenizer_sha256": files["tokenizer.json"], "files": files}
-        (tmp / "checkpoint.json").write_text(json.dumps(info, indent=1))  # written last: it vouches for the rest
-        mask = _umask()
-        for file in tmp.iterdir():
-            file.chmod(0o666 & ~mask)  # the modes any file of the user gets, not the 0600 of a temporary file
-            _fsync(file)
-        tmp.chmod(0o777 & ~mask)
-        _fsync(tmp)
-        if path.exists():
-            shutil.rmtree(old, ignore_errors=True)
-            path.rename(old)
-        tmp.rename(path)  # the instant the new checkpoint replaces the old one
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    shutil.rmtree(old, ignore_errors=True)
-    _fsync(path.parent)
-    return path
+    # Tied embeddings are one tensor under three names: store it once (safetensors refuses shared memory).
+    tied = ("tgt_embed.weight", "generator.weight") if model.config.tie_embeddings else ()
+    weights = {k: v.detach().contiguous() for k, v in model.state_dict().items() if k not in tied}
+    save_file(weights, tmp / "model.safetensors")
+    if optimizer is not None:
+        tensors, groups = _optimizer_tensors(optimizer)
+        tensors["rng_state"] = torch.get_rng_state()  # dropout on the CPU draws from this generator
+        device = next(model.parameters()).device
+        if device.type == "cuda":
+            tensors["cuda_rng_state"] = torch.cuda.get_rng_state(device)  # and on a GPU from this one
+        save_file(tensors, tmp / "optimizer.safetensors")
+        info["param_groups"] = groups
+    shutil.copyfile(tokenizer_file, tmp / "tokenizer.json")
+    files = sorted(tmp.iterdir())
+    return {**info, "config": asdict(model.config), "tokenizer_sha256": file_sha256(tmp / "tokenizer.json"),
+            "files": {file.name: file_sha256(file) for file in files},
+            "sizes": {file.name: file.stat().st_size for file in files}}
 
 # %% ../../chapters/10a_engineering_the_run.ipynb #10b00024
 REQUIRED_KEYS = ("config", "tokenizer_sha256")  # what load_checkpoint needs from checkpoint.json
@@ -167,44 +173,26 @@ class Checkpoint:
 
 
 def _read_info(path: Path) -> dict:
-    """checkpoint.json of the folder `path`, checked for the keys the loader needs."""
+    """checkpoint.json of the folder `path`: sealed, within its size, with the keys the loader needs."""
     info_file = path / "checkpoint.json"
-    if not info_file.exists():
+    try:
+        info = read_record(path)
+    except FileNotFoundError:
         raise FileNotFoundError(
             f"no checkpoint at {path} (expected {info_file}); pass a folder written by train(), "
             f"for example runs/multi30k/best"
-        )
-    try:
-        info = json.loads(info_file.read_text())
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{info_file} is not valid JSON ({error}); the copy may be cut short: copy it again") from None
-    missing = [key for key in REQUIRED_KEYS if key not in info]
-    if missing:
+        ) from None
+    if not (isinstance(info.get("config"), dict) and isinstance(info.get("tokenizer_sha256"), str)):
         raise ValueError(
-            f"{info_file} has no {missing}: it was not written by save_checkpoint; pass a folder written by train()"
+            f"{info_file} has no {list(REQUIRED_KEYS)}: it was not written by save_checkpoint; pass a folder "
+            f"written by train()"
         )
     return info
 
 
-def _read_verified(path: Path, name: str, info: dict) -> bytes:
-    """The bytes of file `name` of a checkpoint folder, checked against the sha256 its checkpoint.json records."""
-    file = path / name
-    try:
-        raw = file.read_bytes()
-    except FileNotFoundError:
-        raise FileNotFoundError(f"{file} is missing: copy the checkpoint folder whole, or train again") from None
-    expected = info.get("files", {}).get(name)  # older checkpoints record no sums: nothing to check
-    if expected is not None and sha256_bytes(raw) != expected:
-        raise ChangedDuringRead(
-            f"{file} is not the file its checkpoint.json records (sha256 differs): it is damaged, or comes from "
-            f"another save; use {path.name}.old next to it if there is one, or train again"
-        )
-    return raw
-
-
 def _load_tensors(path: Path, name: str, info: dict, device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
     """A verified safetensors file of the checkpoint folder, as tensors on `device`."""
-    raw = _read_verified(path, name, info)
+    raw = read_verified(path, name, info)
     try:
         tensors = load(raw)
     except SafetensorError as error:
@@ -231,16 +219,11 @@ def load_checkpoint(path: str | Path, device: torch.device | str = "cpu") -> tup
 def _load_model(path: Path, device: torch.device | str) -> tuple[Transformer, Checkpoint]:
     """One attempt of load_checkpoint on the folder `path`."""
     info = _read_info(path)
-    tokenizer = read_tokenizer(path / "tokenizer.json", info["tokenizer_sha256"]).tokenizer
-    try:
-        config = TransformerConfig(**info["config"])
-    except TypeError as error:
-        raise ValueError(
-            f"the configuration in {path / 'checkpoint.json'} does not fit this version's TransformerConfig "
-            f"({error}); load it with the version of transformer_book that wrote it"
-        ) from None
+    tokenizer = read_tokenizer(path / "tokenizer.json", info["tokenizer_sha256"], info["sizes"].get("tokenizer.json", 0))
+    tokenizer = tokenizer.tokenizer
+    config = _config(path, info)
+    weights = _load_tensors(path, "model.safetensors", info, device)  # read before the model takes any memory
     model = Transformer(config).to(device)
-    weights = _load_tensors(path, "model.safetensors", info, device)
     if config.tie_embeddings:
         weights["tgt_embed.weight"] = weights["generator.weight"] = weights["src_embed.weight"]
     expected = model.state_dict()
@@ -253,6 +236,27 @@ def _load_model(path: Path, device: torch.device | str) -> tuple[Transformer, Ch
         )
     model.load_state_dict(weights)
     return model, Checkpoint(path, info, tokenizer)
+
+
+def _config(path: Path, info: dict) -> TransformerConfig:
+    """The model's configuration in checkpoint.json, refused when its weights would not fit model.safetensors."""
+    try:
+        config = TransformerConfig(**info["config"])
+        layers, d, d_ff = config.num_encoder_layers + config.num_decoder_layers, config.d_model, config.d_ff
+        # a lower bound on the weights (2 bytes each, as in float16): the embeddings, and each layer's attention and feed-forward
+        least_bytes = 2 * (config.src_vocab_size * d + layers * (4 * d * d + 2 * d * d_ff))
+    except (TypeError, ValueError) as error:
+        raise ValueError(
+            f"the configuration in {path / 'checkpoint.json'} does not fit this version's TransformerConfig "
+            f"({error}); load it with the version of transformer_book that wrote it"
+        ) from None
+    if least_bytes > info["sizes"].get("model.safetensors", 0):
+        raise ValueError(
+            f"the configuration in {path / 'checkpoint.json'} describes at least {least_bytes:,} bytes of weights, "
+            f"but model.safetensors holds {info['sizes'].get('model.safetensors', 0):,}: they come from "
+            f"different runs; copy both from one"
+        )
+    return config
 
 
 def load_optimizer_state(optimizer: torch.optim.Optimizer, path: str | Path, device: torch.device | str) -> None:

@@ -6,19 +6,21 @@ __all__ = ['main']
 
 # %% ../../chapters/10a_engineering_the_run.ipynb #10b00007
 import argparse
+import math
 import os
 import sys
-from dataclasses import fields
+from dataclasses import asdict, fields
 from pathlib import Path
 
 import torch.distributed as dist
 
-from . import data
-from .checkpoint import average_checkpoints, load_checkpoint
+from . import __version__, data
+from .checkpoint import RunRecord, average_checkpoints, load_checkpoint
 from .distributed import start_distributed
-from .presets import AMP_CHOICES, PRESETS, Preset, pick_device
+from .presets import AMP_CHOICES, PRESETS, Preset, choose_preset, pick_device
 from .run import train
-from .runfolder import last_snapshots
+from .runfolder import existing, has_checkpoint, last_snapshots
+from .safefiles import read_record
 from .translate import Translator, evaluate
 
 # %% ../../chapters/10a_engineering_the_run.ipynb #10b00043
@@ -33,12 +35,34 @@ def _at_least_one(text: str) -> int:
     return value
 
 
+def _penalty(text: str) -> float:
+    """An argparse type: beam search's length penalty, a finite number of at least 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number of at least 0 (the paper's is 0.6), got {text}")
+    return value
+
+
+def _folder(text: str) -> str:
+    """An argparse type: a folder name that is not empty and prints (UTF-8 text)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("is empty; name the run folder, for example runs/multi30k")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not UTF-8 text; choose a folder name that is") from None
+    return text
+
+
 _AVERAGE_HELP = "average the weights of the last N snapshots; CHECKPOINT is then a run's snapshots/ folder"
 _BEAM_HELP = "beam width; default: the one the run's preset names (1 is greedy decoding)"
 _DEFAULT_BEAM = next(f.default for f in fields(Preset) if f.name == "beam_size")  # for a checkpoint with no preset
 
 
-def _translator(checkpoint: str, average: int | None) -> tuple[Translator, int]:
+def _translator(checkpoint: str, average: int | None, allow_fewer: bool) -> tuple[Translator, int]:
     """The Translator of a checkpoint folder, or of the mean of its last `average` snapshots; and its beam width."""
     device = pick_device()
     if average is None:
@@ -50,13 +74,24 @@ def _translator(checkpoint: str, average: int | None) -> tuple[Translator, int]:
                 f"{checkpoint} holds no snapshots (step-* folders); with --average pass a run's snapshots folder, "
                 f"for example runs/multi30k/snapshots"
             )
+        if len(snapshots) < average and not allow_fewer:
+            raise ValueError(
+                f"{checkpoint} holds {len(snapshots)} snapshots, fewer than --average {average}: give a smaller N, "
+                f"or add --allow-fewer to average the {len(snapshots)} there are"
+            )
         model, saved = average_checkpoints(snapshots, device)
+        print(f"averaged {len(snapshots)} snapshots: {', '.join(p.name for p in snapshots)}", file=sys.stderr)
     beam_size = saved.info.get("preset", {}).get("beam_size", _DEFAULT_BEAM)
     return Translator.from_loaded(model, saved, device), beam_size
 
 
 def _sentences(arguments: list[str]) -> list[str | None]:
     """The sentences to translate: the arguments, else the lines of stdin; None for one that is not UTF-8 text."""
+    if not arguments and sys.stdin is None:
+        raise ValueError("no sentences to translate and no standard input; pass them as arguments or on stdin")
+    if not arguments and sys.stdin.isatty():
+        print("Type German sentences, one per line, then Ctrl-D (on Windows Ctrl-Z, Enter); or pass them as "
+              "arguments: translate --checkpoint DIR \"Ein Hund.\"", file=sys.stderr)
     kind = "argument" if arguments else "line"
     raw = [a.encode("utf-8", "surrogateescape") for a in arguments] or sys.stdin.buffer.read().splitlines()
     sentences: list[str | None] = []
@@ -68,59 +103,89 @@ def _sentences(arguments: list[str]) -> list[str | None]:
             sentences.append(None)
     return sentences
 
+
+def _finished(out: Path, preset: Preset) -> RunRecord | None:
+    """The record of the run in `out` when it has nothing left to train with `preset`, else None."""
+    if not has_checkpoint(out):
+        return None
+    try:
+        record = RunRecord.from_json(read_record(existing(out / "last")), out / "last")
+    except (OSError, ValueError):
+        return None  # train() says what is wrong with it
+    done = record.train_state.epoch >= preset.epochs or record.stopped == "time limit"
+    return record if done and record.preset == asdict(preset) else None
+
 # %% ../../chapters/10a_engineering_the_run.ipynb #10b00044
+class _ShowDefaults(argparse.ArgumentDefaultsHelpFormatter):
+    """--help shows each option's default; an option whose default is None or off says its own in its help."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        return action.help if action.default in (None, False) else super()._get_help_string(action)
+
+
+class _OneLineErrors(argparse.ArgumentParser):
+    """An argument parser whose errors are one line, `error: ...`, with status 2 like every other error."""
+
+    def error(self, message: str):
+        self.exit(2, f"error: {message} (see {self.prog} --help)\n")
+
+
+def _parser() -> argparse.ArgumentParser:
+    """The command line's arguments, each with its default in --help."""
+    parser = _OneLineErrors(prog="python -m transformer_book", description="Building the Transformer")
+    parser.add_argument("--version", action="version", version=f"transformer_book {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show the full traceback of an error")
+    commands = parser.add_subparsers(dest="command", required=True)
+    command = dict(formatter_class=_ShowDefaults)
+    p = commands.add_parser("train", help="train (or resume) a German-to-English model on Multi30k", **command)
+    p.add_argument("--preset", choices=sorted(PRESETS), default=None, help="default: gpu with CUDA, else cpu")
+    p.add_argument("--out", type=_folder, default="runs/multi30k", help="run folder; checkpoints in OUT/last, OUT/best")
+    p.add_argument("--max-steps", type=_at_least_one, default=None, help="stop after this many steps (resumable); default: train the whole budget")
+    p.add_argument("--amp", choices=AMP_CHOICES, default=None,
+                   help="arithmetic; default: the preset's (auto); off = float32, also where bfloat16 is available")
+    for name, what in (("translate", "translate German sentences (arguments, or lines on stdin)"),
+                       ("evaluate", "sacreBLEU of a checkpoint on a Multi30k split")):
+        p = commands.add_parser(name, help=what, **command)
+        p.add_argument("--checkpoint", required=True, help="a checkpoint folder, e.g. runs/multi30k/best")
+        if name == "evaluate":
+            p.add_argument("--split", default="test2016", choices=sorted(data.SPLITS))
+        p.add_argument("--beam-size", type=_at_least_one, default=None, help=_BEAM_HELP)
+        p.add_argument("--length-penalty", type=_penalty, default=0.6, help="beam search's alpha; larger: longer output")
+        p.add_argument("--average", type=_at_least_one, default=None, metavar="N", help=_AVERAGE_HELP)
+        p.add_argument("--allow-fewer", action="store_true", help="with --average: average fewer than N if that is all")
+        if name == "translate":
+            p.add_argument("sentences", nargs="*", help="German sentences; none: read lines from stdin")
+    return parser
+
+
 def main(argv: list[str] | None = None) -> int:
     """The command line: train, translate or evaluate (python -m transformer_book --help).
 
     An expected error (bad input, a missing or damaged file) prints `error: ...` and exits with status 2;
-    `--debug` shows the traceback instead.
+    `--debug` shows the traceback instead. Ctrl-C prints one line and exits with status 130.
     """
-    parser = argparse.ArgumentParser(prog="python -m transformer_book", description="Building the Transformer")
-    parser.add_argument("--debug", action="store_true", help="show the full traceback of an error")
-    commands = parser.add_subparsers(dest="command", required=True)
-    p = commands.add_parser("train", help="train (or resume) a German-to-English model on Multi30k")
-    p.add_argument("--preset", choices=sorted(PRESETS), default=None, help="default: gpu with CUDA, else cpu")
-    p.add_argument("--out", default="runs/multi30k", help="run folder; checkpoints go to OUT/last and OUT/best")
-    p.add_argument("--max-steps", type=_at_least_one, default=None, help="stop after this many steps (resumable)")
-    p.add_argument("--amp", choices=AMP_CHOICES, default=None,
-                   help="arithmetic: default the preset's (auto); off = float32, also where bfloat16 is available")
-    p = commands.add_parser("translate", help="translate German sentences (arguments, or lines on stdin)")
-    p.add_argument("--checkpoint", required=True, help="a checkpoint folder, e.g. runs/multi30k/best")
-    p.add_argument("--beam-size", type=_at_least_one, default=None, help=_BEAM_HELP)
-    p.add_argument("--length-penalty", type=float, default=0.6, help="beam search's alpha; larger: longer output")
-    p.add_argument("--average", type=_at_least_one, default=None, metavar="N", help=_AVERAGE_HELP)
-    p.add_argument("sentences", nargs="*")
-    p = commands.add_parser("evaluate", help="sacreBLEU of a checkpoint on a Multi30k split")
-    p.add_argument("--checkpoint", required=True)
-    p.add_argument("--split", default="test2016", choices=sorted(data.SPLITS))
-    p.add_argument("--beam-size", type=_at_least_one, default=None, help=_BEAM_HELP)
-    p.add_argument("--length-penalty", type=float, default=0.6, help="beam search's alpha; larger: longer output")
-    p.add_argument("--average", type=_at_least_one, default=None, metavar="N", help=_AVERAGE_HELP)
-    args = parser.parse_args(argv)
+    args = _parser().parse_args(argv)
     try:
         return _run(args)
-    except (ValueError, TypeError, OSError, RuntimeError) as error:  # DataError is a RuntimeError
+    except KeyboardInterrupt:
         if args.debug:
             raise
-        print(f"error: {error}", file=sys.stderr)
+        resume = (f": the run in {args.out} keeps its last checkpoint; run the same command again to resume"
+                  if args.command == "train" else "")
+        print(f"interrupted{resume}", file=sys.stderr)
+        return 130
+    except (ValueError, TypeError, OSError, RuntimeError, ArithmeticError, MemoryError) as error:
+        if args.debug:  # DataError is a RuntimeError, a NaN loss's FloatingPointError an ArithmeticError
+            raise
+        print(f"error: {error or type(error).__name__}", file=sys.stderr)
         return 2
 
 
 def _run(args: argparse.Namespace) -> int:
     """Carry out one parsed command; returns the exit status."""
     if args.command == "train":
-        distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1  # started by torchrun with several processes
-        device = start_distributed() if distributed else None
-        try:
-            run = train(args.preset, args.out, device=device, max_steps=args.max_steps, log=print, amp=args.amp)
-        finally:
-            if distributed:
-                dist.destroy_process_group()
-        if int(os.environ.get("RANK", "0")) == 0:
-            best = max((r["val_bleu"] for r in run.history), default=float("nan"))
-            print(f"best validation BLEU {best:.2f}; checkpoints in {args.out}/best and {args.out}/last")
-        return 0
-    translator, beam_size = _translator(args.checkpoint, args.average)
+        return _train(args)
+    translator, beam_size = _translator(args.checkpoint, args.average, args.allow_fewer)
     beam_size = args.beam_size or beam_size
     if args.command == "translate":
         sentences = _sentences(args.sentences)
@@ -133,3 +198,40 @@ def _run(args: argparse.Namespace) -> int:
     print(f"BLEU {result['bleu']:.2f} (lowercased {result['bleu_lowercase']:.2f}, brevity penalty "
           f"{result['brevity_penalty']:.3f})  {result['signature']}")
     return 0
+
+
+def _train(args: argparse.Namespace) -> int:
+    """`train`: say so when the run is already complete, else train or resume it; then say where it stands."""
+    distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1  # started by torchrun with several processes
+    if not distributed and (done := _finished(Path(args.out), choose_preset(args.preset, amp=args.amp))):
+        print(f"the run in {args.out} is complete ({done.train_state.step} updates); nothing to train. "
+              f"Translate with its best weights, or give another --out to train anew", file=sys.stderr)
+        run = done
+    else:
+        device = _join_torchrun() if distributed else None
+        try:
+            run = train(args.preset, args.out, device=device, max_steps=args.max_steps, log=print, amp=args.amp)
+        finally:
+            if distributed:
+                dist.destroy_process_group()
+    if int(os.environ.get("RANK", "0")) == 0:
+        if run.history:
+            best = max(r["val_bleu"] for r in run.history)
+            print(f"best validation BLEU {best:.2f}; checkpoints in {args.out}/best and {args.out}/last")
+        else:
+            print(f"stopped after {run.train_state.step} updates ({run.stopped}), before the first epoch ended, "
+                  f"so nothing is scored yet; run again without --max-steps to go on (checkpoint in {args.out}/last)")
+    return 0
+
+
+def _join_torchrun():
+    """Join torchrun's processes, saying where first: a stray WORLD_SIZE would otherwise wait without a word."""
+    world, where = os.environ["WORLD_SIZE"], os.environ.get("MASTER_ADDR")
+    if where is None:
+        raise ValueError(f"WORLD_SIZE={world} is set but MASTER_ADDR is not: start several processes with "
+                         f"torchrun, or unset WORLD_SIZE to train in this one")
+    if os.environ.get("RANK", "0") == "0":
+        print(f"waiting for the {world} processes of WORLD_SIZE={world} to meet at {where}:"
+              f"{os.environ.get('MASTER_PORT', '?')}; if nothing follows, the others never started: "
+              f"start them with torchrun, or unset WORLD_SIZE", file=sys.stderr, flush=True)
+    return start_distributed()

@@ -109,7 +109,11 @@ def decode(tokenizer: Tokenizer, ids: Sequence[int] | torch.Tensor) -> str:
         if ids.dim() != 1:
             raise ValueError(f"ids must be a 1-D tensor (T,); got shape {tuple(ids.shape)}")
         ids = ids.tolist()
-    return tokenizer.decode(list(ids), skip_special_tokens=True)
+    ids, size = list(ids), tokenizer.get_vocab_size()
+    if bad := [i for i in ids if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < size]:
+        raise ValueError(f"ids holds {bad[0]!r}, not a token id of this tokenizer (0 to {size - 1}); decode ids "
+                         f"that a model with this tokenizer produced")
+    return tokenizer.decode(ids, skip_special_tokens=True)
 
 # %% ../../chapters/09_translation_data.ipynb #01473617
 def save_tokenizer(tokenizer: Tokenizer, path: str | Path) -> Path:

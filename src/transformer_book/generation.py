@@ -48,7 +48,7 @@ def sample_next(
 
     top_k and top_p filter the distribution first (after the temperature); temperature=0 is greedy decoding.
     """
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or temperature < 0:
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature >= 0:  # NaN too
         raise ValueError(f"temperature must be a number >= 0 (0: greedy); got {temperature!r}")
     if logits.dim() != 2:
         raise ValueError(f"logits must have shape (B, vocab_size); got {tuple(logits.shape)}")

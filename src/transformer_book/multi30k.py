@@ -2,7 +2,7 @@
 """Multi30k's six files, downloaded once and checked by sha256, or read from a local copy (chapter 9's appendix)."""
 
 # %% auto #0
-__all__ = ['MULTI30K_COMMIT', 'MULTI30K_URL', 'MULTI30K_BRANCH_URL', 'MULTI30K_FILES', 'DATA_ENV', 'DEFAULT_DATA_ROOT', 'DOWNLOAD_ATTEMPTS', 'DataError', 'download_multi30k']
+__all__ = ['MULTI30K_COMMIT', 'MULTI30K_URL', 'MULTI30K_BRANCH_URL', 'MULTI30K_FILES', 'DATA_ENV', 'DEFAULT_DATA_ROOT', 'MULTI30K_SIZES', 'DOWNLOAD_ATTEMPTS', 'DataError', 'download_multi30k']
 
 # %% ../../chapters/09_translation_data.ipynb #6f20caf1
 import http.client
@@ -34,9 +34,13 @@ MULTI30K_FILES = {  # file name -> sha256 of the published bytes
 }
 DATA_ENV = "TRANSFORMER_BOOK_DATA"  # a folder holding multi30k/, used instead of any download
 DEFAULT_DATA_ROOT = Path("~/.cache/transformer_book")
+MULTI30K_SIZES = {  # file name -> bytes: a download that sends more is cut off at once
+    "train.de.gz": 637044, "train.en.gz": 568929, "val.de.gz": 24681, "val.en.gz": 21650,
+    "test_2016_flickr.de.gz": 22890, "test_2016_flickr.en.gz": 21077,
+}
 DOWNLOAD_ATTEMPTS = 2  # a download that breaks off or arrives corrupt is tried once more, then we give up
 _DOWNLOAD_TIMEOUT_S = 30  # the longest wait for the server to answer or send the next bytes
-_DOWNLOAD_DEADLINE_S = 300  # the longest one file may take in all (the largest, train.de.gz, is 0.7 MB)
+_DOWNLOAD_DEADLINE_S = 120  # the longest one file may take, all its attempts together (the largest is 0.7 MB)
 _MIN_RATE_BYTES_S = 2_000  # a transfer slower than this on average, after its first _RATE_GRACE_S, is given up
 _RATE_GRACE_S = 20
 
@@ -45,26 +49,41 @@ class DataError(RuntimeError):
     """The Multi30k files are missing or corrupt and could not be fetched; the message says what to do."""
 
 # %% ../../chapters/09_translation_data.ipynb #82428138
-def _fetch(url: str, dest: Path) -> None:
+def _fetch(url: str, dest: Path, max_bytes: int | None = None, deadline: float | None = None) -> None:
     """Copy the bytes at url into the file dest: the only code in this module that uses the network.
 
-    A server that answers but sends almost nothing cannot keep it waiting: the whole transfer has a deadline
-    and, after its first _RATE_GRACE_S seconds, a minimum average rate (the socket's own timeout covers each
-    wait only).
+    A server that answers but sends almost nothing cannot keep it waiting: the transfer ends at `deadline`
+    (time.monotonic(); default _DOWNLOAD_DEADLINE_S from now) and, after its first _RATE_GRACE_S seconds, needs
+    a minimum average rate (the socket's own timeout covers each wait only). One that sends more than
+    `max_bytes`, the file's known size, is cut off at once.
     """
     start = time.monotonic()
+    deadline = start + _DOWNLOAD_DEADLINE_S if deadline is None else deadline
     with urllib.request.urlopen(url, timeout=_DOWNLOAD_TIMEOUT_S) as response, open(dest, "wb") as out:
+        announced = _announced_length(response.headers.get("Content-Length"), max_bytes)
         while chunk := response.read1(1 << 16):  # read1: whatever has arrived, without waiting for 64 kB
             out.write(chunk)
-            elapsed = time.monotonic() - start
-            if elapsed > _DOWNLOAD_DEADLINE_S:
-                raise TimeoutError(f"the transfer took longer than {_DOWNLOAD_DEADLINE_S} s")
-            if elapsed > _RATE_GRACE_S and out.tell() / elapsed < _MIN_RATE_BYTES_S:
-                raise TimeoutError(f"the transfer ran at {out.tell() / elapsed:.0f} bytes/s, too slow to finish")
+            now = time.monotonic()
+            if max_bytes is not None and out.tell() > max_bytes:
+                raise ConnectionError(f"the server sent more than the file's {max_bytes:,} bytes")
+            if now > deadline:
+                raise TimeoutError(f"the transfer took longer than {_DOWNLOAD_DEADLINE_S} s in all")
+            if now - start > _RATE_GRACE_S and out.tell() / (now - start) < _MIN_RATE_BYTES_S:
+                raise TimeoutError(f"the transfer ran at {out.tell() / (now - start):.0f} bytes/s, too slow to finish")
         # http.client ends a body that stops short without an error; compare with the announced length
-        announced = response.headers.get("Content-Length")
-        if announced is not None and out.tell() != int(announced):
+        if announced is not None and out.tell() != announced:
             raise ConnectionError(f"the transfer stopped after {out.tell()} of {announced} bytes")
+
+
+def _announced_length(header: str | None, max_bytes: int | None) -> int | None:
+    """The body's length the server announces (Content-Length), checked: a number, at most the file's size."""
+    if header is None:
+        return None
+    if not header.strip().isdigit():
+        raise ConnectionError(f"the server announced a length that is not a number (Content-Length: {header!r:.40})")
+    if max_bytes is not None and int(header) > max_bytes:
+        raise ConnectionError(f"the server announced {int(header):,} bytes for a file of {max_bytes:,}")
+    return int(header)
 
 # %% ../../chapters/09_translation_data.ipynb #64939cee
 def _check_local_copy(folder: Path) -> Path:
@@ -115,13 +134,16 @@ def _download_verified(name: str, folder: Path) -> None:
 def _download_attempts(name: str, folder: Path) -> None:
     url, expected = f"{MULTI30K_URL}/{name}", MULTI30K_FILES[name]
     failures = []  # what went wrong in each attempt, for the error message
+    deadline = time.monotonic() + _DOWNLOAD_DEADLINE_S  # for all the attempts together
     for _ in range(DOWNLOAD_ATTEMPTS):
+        if time.monotonic() >= deadline:
+            break
         # the temporary file sits in the target folder, so that os.replace is a rename, never a copy
         fd, tmp_name = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".part")
         os.close(fd)
         tmp = Path(tmp_name)
         try:
-            _fetch(url, tmp)
+            _fetch(url, tmp, MULTI30K_SIZES.get(name), deadline)
             if (actual := file_sha256(tmp)) == expected:
                 os.replace(tmp, folder / name)  # only verified bytes ever get the real name
                 return

@@ -2,16 +2,17 @@
 """The run folder: its lock, its tokenizer, interrupted saves, snapshots and copies to another disk (chapter 10's companion)."""
 
 # %% auto #0
-__all__ = ['COPY_EVERY_MINUTES', 'hold_run_folder', 'existing', 'has_checkpoint', 'snapshot_path', 'last_snapshots',
-           'prune_snapshots', 'ChangedDuringRead', 'RunTokenizer', 'read_tokenizer', 'run_tokenizer', 'copy_run',
-           'RunCopier']
+__all__ = ['MAX_TOKENIZER_BYTES', 'COPY_EVERY_MINUTES', 'existing', 'has_checkpoint', 'snapshot_path', 'last_snapshots',
+           'prune_snapshots', 'repair_run_folder', 'hold_run_folder', 'RunTokenizer', 'read_tokenizer', 'run_tokenizer',
+           'copy_run', 'RunCopier']
 
 # %% ../../chapters/10a_engineering_the_run.ipynb #10b00004
 import os
 import shutil
+import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,33 +20,7 @@ from tokenizers import Tokenizer
 
 from . import data
 from .hashing import sha256_bytes
-
-# %% ../../chapters/10a_engineering_the_run.ipynb #10b00010
-@contextmanager
-def hold_run_folder(out: Path) -> Iterator[None]:
-    """Hold an exclusive lock on a run folder while training in it: a second training there fails at once."""
-    try:
-        import fcntl
-    except ImportError:  # Windows has no flock: the folder goes unguarded
-        yield
-        return
-    with open(out / ".lock", "a+") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.seek(0)
-            holder = handle.read().strip() or "unknown"
-            raise RuntimeError(
-                f"another process (PID {holder}) is training in {out}; wait for it to finish, or give "
-                f"another output folder"
-            ) from None
-        handle.seek(0)
-        handle.truncate()
-        handle.write(f"{os.getpid()}\n")
-        handle.flush()
-        for stale in out.glob(".*.tmp"):  # what saves killed half-way left behind
-            shutil.rmtree(stale, ignore_errors=True)
-        yield  # closing the file at the end releases the lock
+from .safefiles import ChangedDuringRead, lock_file, read_plain, read_record, read_verified, seal, swap_in
 
 # %% ../../chapters/10a_engineering_the_run.ipynb #10b00013
 def existing(path: Path) -> Path:
@@ -74,11 +49,86 @@ def prune_snapshots(out: Path, keep: int) -> None:
     for old in sorted((out / "snapshots").glob("step-*"))[:-keep]:
         shutil.rmtree(old)
 
+
+def _remove(path: Path) -> None:
+    """Delete a file or a folder, if it is there."""
+    if path.is_dir():
+        shutil.rmtree(path)
+    elif path.exists():
+        path.unlink()
+
+
+def repair_run_folder(out: Path) -> None:
+    """Put right what kills left in a run folder (call it holding the folder's lock).
+
+    Half-written saves (`.*.tmp`) and copies (`*.tmp`) go, a `NAME.old` whose `NAME` exists goes, and the
+    snapshot of an epoch whose end `last/` records, which the kill kept from being saved, is saved from `last/`.
+    """
+    for folder in (out, out / "snapshots"):
+        for stale in [*folder.glob(".*.tmp"), *folder.glob("*.tmp"), *folder.glob("*.part")]:
+            _remove(stale)
+        for old in folder.glob("*.old"):
+            if old.with_name(old.name.removesuffix(".old")).exists():
+                _remove(old)
+    try:
+        info = read_record(existing(out / "last"))
+        keep, state = info["preset"].get("average_last", 0), info["train_state"]
+        epoch_ended = bool(info["history"]) and info["history"][-1]["step"] == state["step"]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return  # no readable `last/`: resuming says why
+    if keep > 0 and epoch_ended and not existing(snapshot_path(out, state["step"])).exists():
+        _snapshot_from_last(existing(out / "last"), info, snapshot_path(out, state["step"]))
+    if keep > 0:
+        prune_snapshots(out, keep)
+
+
+def _snapshot_from_last(last: Path, info: dict, target: Path) -> None:
+    """Save the snapshot that `last/` holds the weights of: what save_checkpoint writes without an optimizer."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", suffix=".tmp", dir=target.parent))
+    try:
+        kept = ("model.safetensors", "tokenizer.json")
+        for name in kept:
+            (tmp / name).write_bytes(read_verified(last, name, info))
+        snapshot = {key: value for key, value in info.items() if key != "param_groups"}
+        for key in ("files", "sizes"):
+            snapshot[key] = {name: value for name, value in info[key].items() if name in kept}
+        (tmp / "checkpoint.json").write_text(seal(snapshot))
+        swap_in(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+# %% ../../chapters/10a_engineering_the_run.ipynb #10b00010
+@contextmanager
+def hold_run_folder(out: Path) -> Iterator[None]:
+    """Hold an exclusive lock on a run folder while training in it: a second training there fails at once.
+
+    The lock file `.lock` holds the trainer's process id; it is opened without following a link.
+    """
+    with ExitStack() as held:
+        try:
+            fd = held.enter_context(lock_file(out / ".lock", wait=False))
+        except BlockingIOError:
+            raise RuntimeError(
+                f"another process (PID {_holder(out)}) is training in {out}; wait for it to finish, or give "
+                f"another output folder"
+            ) from None
+        if fd is not None:
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
+        repair_run_folder(out)  # what kills left behind, cleared while no one else can write here
+        yield  # closing the file at the end releases the lock
+
+
+def _holder(out: Path) -> str:
+    """The process id written in a run folder's lock file, as text."""
+    try:
+        return read_plain(out / ".lock", 64, "a process id").decode("ascii", "replace").strip() or "unknown"
+    except (OSError, ValueError):
+        return "unknown"
+
 # %% ../../chapters/10a_engineering_the_run.ipynb #10b00016
-class ChangedDuringRead(ValueError):
-    """A file's SHA-256 differs from checkpoint.json's: damaged, or replaced by a save while it was read."""
-
-
 @dataclass(frozen=True)
 class RunTokenizer:
     """A tokenizer with the SHA-256 of the bytes it was built from, and the file they came from."""
@@ -88,12 +138,19 @@ class RunTokenizer:
     path: Path
 
 
-def read_tokenizer(path: Path, expected_sha256: str | None = None) -> RunTokenizer:
+MAX_TOKENIZER_BYTES = 256 << 20  # a BPE vocabulary of 37,000 tokens is about 2 MB
+
+
+def read_tokenizer(path: Path, expected_sha256: str | None = None, max_bytes: int = MAX_TOKENIZER_BYTES) -> RunTokenizer:
     """Read tokenizer.json once: hash its bytes, check them against `expected_sha256`, build the tokenizer from them."""
     try:
-        raw = path.read_bytes()
+        raw = read_plain(path, max_bytes, "a tokenizer of this book holds", ChangedDuringRead)
     except FileNotFoundError:
         raise FileNotFoundError(f"{path} is missing: copy the checkpoint folder whole") from None
+    except ChangedDuringRead:
+        if expected_sha256 is None:
+            raise
+        raw = b""  # larger than the one checkpoint.json records: not that tokenizer
     digest = sha256_bytes(raw)
     if expected_sha256 is not None and digest != expected_sha256:
         raise ChangedDuringRead(
@@ -111,7 +168,13 @@ def run_tokenizer(out: Path, texts: list[str], vocab_size: int) -> RunTokenizer:
     """The run's tokenizer: trained on `texts` and saved the first time, read back from the folder ever after."""
     file = out / "tokenizer.json"
     if not file.exists():
-        data.save_tokenizer(data.train_tokenizer(texts, vocab_size), file)
+        tokenizer = data.train_tokenizer(texts, vocab_size)
+        try:
+            data.save_tokenizer(tokenizer, file)
+        except Exception as error:  # the tokenizers library raises a bare Exception when the disk is full
+            _remove(file.with_name(file.name + ".part"))
+            raise OSError(f"could not write {file} ({error}); free some space on that disk, or give another "
+                          f"output folder") from None
     return read_tokenizer(file)
 
 # %% ../../chapters/10a_engineering_the_run.ipynb #10b00031
@@ -119,34 +182,49 @@ COPY_EVERY_MINUTES = 20.0  # how often `train` copies its checkpoints to a secon
 
 
 def copy_run(source: Path, target: Path, names: tuple[str, ...] = ("tokenizer.json", "best", "last")) -> None:
-    """Copy a run's checkpoints from `source` to `target` (another disk), each replaced in one rename.
+    """Copy a run's checkpoints and snapshots from `source` to `target` (another disk), each replaced in one rename.
 
     A crash during the copy leaves the previous copy, or a folder `<name>.old` that load_checkpoint falls back to.
     """
     target.mkdir(parents=True, exist_ok=True)
     for name in names:
         origin = existing(source / name)  # `<name>.old` alone is what an interrupted save leaves: it is the checkpoint
-        if not origin.exists():
-            continue
-        new, old = target / f"{name}.tmp", target / f"{name}.old"
-        _remove(new)
-        if origin.is_dir():
-            shutil.copytree(origin, new)
-        else:
-            shutil.copyfile(origin, new)
-        if (target / name).exists():
-            _remove(old)
-            (target / name).rename(old)
-        new.rename(target / name)
+        if origin.exists():
+            _copy_in_one_rename(origin, target / name)
+    if (source / "snapshots").is_dir():
+        _copy_snapshots(source / "snapshots", target / "snapshots")
+
+
+def _copy_in_one_rename(origin: Path, dest: Path) -> None:
+    """Copy the file or folder `origin` to `dest` under a temporary name, then rename it into place."""
+    new, old = dest.with_name(dest.name + ".tmp"), dest.with_name(dest.name + ".old")
+    _remove(new)
+    if origin.is_dir():
+        shutil.copytree(origin, new)
+    else:
+        shutil.copyfile(origin, new)
+    if dest.exists():
         _remove(old)
+        dest.rename(old)
+    new.rename(dest)
+    _remove(old)
 
 
-def _remove(path: Path) -> None:
-    """Delete a file or a folder, if it is there."""
-    if path.is_dir():
-        shutil.rmtree(path)
-    elif path.exists():
-        path.unlink()
+def _copy_snapshots(source: Path, target: Path) -> None:
+    """A snapshot never changes once saved: copy those `target` lacks, delete those `source` no longer keeps.
+
+    Copying only what is new keeps Google Drive's trash small.
+    """
+    target.mkdir(exist_ok=True)
+    kept = {p.name.removesuffix(".old") for p in source.glob("step-*") if not p.name.endswith(".tmp")}
+    for stale in target.glob("*.tmp"):
+        _remove(stale)
+    for name in sorted(kept):
+        if not existing(target / name).exists():
+            _copy_in_one_rename(existing(source / name), target / name)
+    for gone in target.glob("step-*"):
+        if gone.name.removesuffix(".old") not in kept:
+            _remove(gone)
 
 
 class RunCopier:
@@ -161,6 +239,7 @@ class RunCopier:
         done = self.target is not None and not has_checkpoint(self.source) and has_checkpoint(self.target)
         if done:
             copy_run(self.target, self.source)
+            repair_run_folder(self.source)  # a snapshot the copy lacks, saved from `last/`
         self.last_copy = time.monotonic()
         return done
 
