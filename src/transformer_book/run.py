@@ -250,6 +250,8 @@ def evaluate_and_save(run: Run, state: TrainState) -> None:
     cut_short = state.batch_in_epoch > 0  # the time limit stopped this epoch: its weights are the last there are
     if cut_short or state.epoch > run.preset.epochs - run.preset.average_last:  # averaged at the end
         start = time.perf_counter()
+        if run.scaler is not None:
+            run.record.scaler = run.scaler.state_dict()  # the record as `last/` will hold it
         save_checkpoint(runfolder.snapshot_path(run.out, state.step), run.model, None, run.record, run.corpus.tokenizer.path)
         runfolder.prune_snapshots(run.out, run.preset.average_last)
         run.save_seconds += time.perf_counter() - start
