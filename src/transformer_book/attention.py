@@ -14,34 +14,6 @@ from .checks import check_mask
 # %% auto #0
 __all__ = ['scaled_dot_product_attention']
 
-# %% ../../chapters/02_attention.ipynb #e2b081fd
-def scaled_dot_product_attention(
-    query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = None, dropout: nn.Module | None = None
-) -> tuple[Tensor, Tensor]:
-    """softmax(Q K^T / sqrt(d_k)) V over the last two dimensions.
-
-    query (..., L_q, d_k), key (..., L_k, d_k), value (..., L_k, d_v); any leading batch dimensions that
-    broadcast, for example (B, H, L, D_h).
-    mask: boolean, True = may attend, broadcastable to (..., L_q, L_k).
-    dropout: an optional module (nn.Dropout) applied to the attention weights.
-    Returns the output (..., L_q, d_v) and the attention weights (..., L_q, L_k).
-    A row whose keys are all masked gets zero weights (and a zero output) instead of NaN.
-    """
-    _check_inputs(query, key, value, dropout)
-    d_k = query.size(-1)
-    scores = query @ key.transpose(-2, -1) / math.sqrt(d_k)  # Q K^T / sqrt(d_k): (..., L_q, L_k)
-    if mask is not None:
-        check_mask(mask, scores.shape)
-        # The smallest finite number, not -inf: a fully masked row then stays finite (no NaN) ...
-        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
-    weights = scores.softmax(dim=-1)  # softmax(Q K^T / sqrt(d_k)), each row sums to 1: (..., L_q, L_k)
-    if mask is not None:
-        # ... and its weights become exactly zero here.
-        weights = weights.masked_fill(~mask, 0.0)
-    if dropout is not None:
-        weights = dropout(weights)
-    return weights @ value, weights  # softmax(...) V: (..., L_q, d_v), and the weights (..., L_q, L_k)
-
 # %% ../../chapters/02_attention.ipynb #4ab55d3b
 def _check_inputs(query: Tensor, key: Tensor, value: Tensor, dropout: nn.Module | None) -> None:
     """Raise ValueError/TypeError, naming what was seen, when the inputs cannot be attended together."""
@@ -79,3 +51,31 @@ def _check_inputs(query: Tensor, key: Tensor, value: Tensor, dropout: nn.Module 
             f"{dropout!r} (F.scaled_dot_product_attention takes a probability dropout_p; "
             f"this function takes a module)"
         )
+
+# %% ../../chapters/02_attention.ipynb #e2b081fd
+def scaled_dot_product_attention(
+    query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = None, dropout: nn.Module | None = None
+) -> tuple[Tensor, Tensor]:
+    """softmax(Q K^T / sqrt(d_k)) V over the last two dimensions.
+
+    query (..., L_q, d_k), key (..., L_k, d_k), value (..., L_k, d_v); any leading batch dimensions that
+    broadcast, for example (B, H, L, D_h).
+    mask: boolean, True = may attend, broadcastable to (..., L_q, L_k).
+    dropout: an optional module (nn.Dropout) applied to the attention weights.
+    Returns the output (..., L_q, d_v) and the attention weights (..., L_q, L_k).
+    A row whose keys are all masked gets zero weights (and a zero output) instead of NaN.
+    """
+    _check_inputs(query, key, value, dropout)
+    d_k = query.size(-1)
+    scores = query @ key.transpose(-2, -1) / math.sqrt(d_k)  # Q K^T / sqrt(d_k): (..., L_q, L_k)
+    if mask is not None:
+        check_mask(mask, scores.shape)
+        # The smallest finite number, not -inf: a fully masked row then stays finite (no NaN) ...
+        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+    weights = scores.softmax(dim=-1)  # softmax(Q K^T / sqrt(d_k)), each row sums to 1: (..., L_q, L_k)
+    if mask is not None:
+        # ... and its weights become exactly zero here.
+        weights = weights.masked_fill(~mask, 0.0)
+    if dropout is not None:
+        weights = dropout(weights)
+    return weights @ value, weights  # softmax(...) V: (..., L_q, d_v), and the weights (..., L_q, L_k)

@@ -12,6 +12,32 @@ from torch import Tensor, nn
 from .attention import scaled_dot_product_attention
 from .checks import check_heads, check_mask, check_probability
 
+# %% ../../chapters/03_multi_head_attention.ipynb #9be6c4e2
+def _check_inputs(layer: "MultiHeadAttention", query: Tensor, key: Tensor, value: Tensor) -> None:
+    """Raise a clear error unless query, key and value are (B, T, d_model) with matching B and L_k."""
+    for name, x in (("query", query), ("key", key), ("value", value)):
+        if x.dim() != 3 or x.size(-1) != layer.d_model:
+            raise ValueError(
+                f"{name} must have shape (B, T, d_model={layer.d_model}); got {tuple(x.shape)}. "
+                f"Batch-first: add a batch axis with {name}[None] for a single sequence."
+            )
+    if key.size(1) != value.size(1) or not query.size(0) == key.size(0) == value.size(0):
+        raise ValueError(
+            f"query, key and value must share the batch size B, and key and value the length L_k; got "
+            f"query {tuple(query.shape)}, key {tuple(key.shape)}, value {tuple(value.shape)}"
+        )
+
+
+def _check_mask(layer: "MultiHeadAttention", mask: Tensor, q: Tensor, k: Tensor) -> None:
+    """Chapter 2's check_mask against (B, H, L_q, L_k), after one rule of its own for 3-D masks."""
+    if mask.dim() == 3 and mask.size(0) > 1:
+        raise ValueError(
+            f"a 3-D mask {tuple(mask.shape)} is ambiguous: broadcasting would line its first axis up with "
+            f"the heads; give a per-example mask a head axis, mask[:, None], shape (B, 1, L_q, L_k)"
+        )
+    scores_shape = torch.Size((q.size(0), layer.num_heads, q.size(2), k.size(2)))  # (B, H, L_q, L_k)
+    check_mask(mask, scores_shape, "(L_q, L_k), (B, 1, 1, L_k) or (B, 1, L_q, L_k), for (B, H, L_q, L_k)")
+
 # %% ../../chapters/03_multi_head_attention.ipynb #f5e84503
 class MultiHeadAttention(nn.Module):
     """H attention heads of size D_h = D / H, run in parallel and mixed by an output projection.
@@ -72,29 +98,3 @@ class MultiHeadAttention(nn.Module):
             q, k, v, attn_mask=mask, dropout_p=self.dropout_p if self.training else 0.0
         )  # (B, H, L_q, D_h)
         return self.out_proj(self.merge_heads(out))  # Concat(heads) W^O: (B, L_q, D)
-
-# %% ../../chapters/03_multi_head_attention.ipynb #9be6c4e2
-def _check_inputs(layer: MultiHeadAttention, query: Tensor, key: Tensor, value: Tensor) -> None:
-    """Raise a clear error unless query, key and value are (B, T, d_model) with matching B and L_k."""
-    for name, x in (("query", query), ("key", key), ("value", value)):
-        if x.dim() != 3 or x.size(-1) != layer.d_model:
-            raise ValueError(
-                f"{name} must have shape (B, T, d_model={layer.d_model}); got {tuple(x.shape)}. "
-                f"Batch-first: add a batch axis with {name}[None] for a single sequence."
-            )
-    if key.size(1) != value.size(1) or not query.size(0) == key.size(0) == value.size(0):
-        raise ValueError(
-            f"query, key and value must share the batch size B, and key and value the length L_k; got "
-            f"query {tuple(query.shape)}, key {tuple(key.shape)}, value {tuple(value.shape)}"
-        )
-
-
-def _check_mask(layer: MultiHeadAttention, mask: Tensor, q: Tensor, k: Tensor) -> None:
-    """Chapter 2's check_mask against (B, H, L_q, L_k), after one rule of its own for 3-D masks."""
-    if mask.dim() == 3 and mask.size(0) > 1:
-        raise ValueError(
-            f"a 3-D mask {tuple(mask.shape)} is ambiguous: broadcasting would line its first axis up with "
-            f"the heads; give a per-example mask a head axis, mask[:, None], shape (B, 1, L_q, L_k)"
-        )
-    scores_shape = torch.Size((q.size(0), layer.num_heads, q.size(2), k.size(2)))  # (B, H, L_q, L_k)
-    check_mask(mask, scores_shape, "(L_q, L_k), (B, 1, 1, L_k) or (B, 1, L_q, L_k), for (B, H, L_q, L_k)")

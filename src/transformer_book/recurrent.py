@@ -12,37 +12,8 @@ from torch import Tensor, nn
 from .checks import check_int
 
 # %% auto #0
-__all__ = ['LSTM_GATES', 'GRU_GATES', 'RNNCell', 'LSTMCell', 'GRUCell', 'RecurrentLayer', 'load_torch_weights',
+__all__ = ['LSTM_GATES', 'GRU_GATES', 'RNNCell', 'RecurrentLayer', 'LSTMCell', 'GRUCell', 'load_torch_weights',
            'with_spectral_radius', 'input_gradient_norms', 'make_recall_batch', 'make_shifted_recall_batch']
-
-# %% ../../chapters/01_rnn_limits.ipynb #e5687f20
-class RNNCell(nn.Module):
-    """One step of a vanilla (Elman) RNN with tanh: x_t (B, D_in), h (B, D_hid) -> new h (B, D_hid)."""
-
-    def __init__(self, input_size: int, hidden_size: int):
-        super().__init__()
-        check_int("input_size", input_size)
-        check_int("hidden_size", hidden_size)
-        self.input_size, self.hidden_size = input_size, hidden_size
-        self.weight_ih = nn.Parameter(torch.empty(hidden_size, input_size))  # W_ih (D_hid, D_in)
-        self.weight_hh = nn.Parameter(torch.empty(hidden_size, hidden_size))  # W_hh (D_hid, D_hid)
-        self.bias_ih = nn.Parameter(torch.empty(hidden_size))
-        self.bias_hh = nn.Parameter(torch.empty(hidden_size))
-        _init_uniform(self, hidden_size)
-
-    def initial_state(self, batch_size: int, like: Tensor) -> Tensor:
-        """Zero hidden state (B, D_hid) with the dtype and device of `like`."""
-        return like.new_zeros(batch_size, self.hidden_size)
-
-    def output(self, state: Tensor) -> Tensor:
-        """The part of the state that is emitted as output: h itself, (B, D_hid)."""
-        return state
-
-    def forward(self, x_t: Tensor, state: Tensor) -> Tensor:
-        _check_step_input(x_t, self.input_size)
-        _check_hidden("state", state, x_t.shape[0], self.hidden_size)
-        pre = x_t @ self.weight_ih.T + self.bias_ih + state @ self.weight_hh.T + self.bias_hh  # (B, D_hid)
-        return torch.tanh(pre)  # h_t = tanh(W_ih x_t + b_ih + W_hh h_{t-1} + b_hh)
 
 # %% ../../chapters/01_rnn_limits.ipynb #ea478be1
 # Shape checks shared by the three cells, and PyTorch's initialisation. Each check names what it saw and the fix.
@@ -80,6 +51,70 @@ def _init_uniform(module: nn.Module, hidden_size: int) -> None:
     bound = 1.0 / math.sqrt(hidden_size)  # PyTorch's RNN/LSTM initialisation
     for p in module.parameters():
         nn.init.uniform_(p, -bound, bound)
+
+# %% ../../chapters/01_rnn_limits.ipynb #e5687f20
+class RNNCell(nn.Module):
+    """One step of a vanilla (Elman) RNN with tanh: x_t (B, D_in), h (B, D_hid) -> new h (B, D_hid)."""
+
+    def __init__(self, input_size: int, hidden_size: int):
+        super().__init__()
+        check_int("input_size", input_size)
+        check_int("hidden_size", hidden_size)
+        self.input_size, self.hidden_size = input_size, hidden_size
+        self.weight_ih = nn.Parameter(torch.empty(hidden_size, input_size))  # W_ih (D_hid, D_in)
+        self.weight_hh = nn.Parameter(torch.empty(hidden_size, hidden_size))  # W_hh (D_hid, D_hid)
+        self.bias_ih = nn.Parameter(torch.empty(hidden_size))
+        self.bias_hh = nn.Parameter(torch.empty(hidden_size))
+        _init_uniform(self, hidden_size)
+
+    def initial_state(self, batch_size: int, like: Tensor) -> Tensor:
+        """Zero hidden state (B, D_hid) with the dtype and device of `like`."""
+        return like.new_zeros(batch_size, self.hidden_size)
+
+    def output(self, state: Tensor) -> Tensor:
+        """The part of the state that is emitted as output: h itself, (B, D_hid)."""
+        return state
+
+    def forward(self, x_t: Tensor, state: Tensor) -> Tensor:
+        _check_step_input(x_t, self.input_size)
+        _check_hidden("state", state, x_t.shape[0], self.hidden_size)
+        pre = x_t @ self.weight_ih.T + self.bias_ih + state @ self.weight_hh.T + self.bias_hh  # (B, D_hid)
+        return torch.tanh(pre)  # h_t = tanh(W_ih x_t + b_ih + W_hh h_{t-1} + b_hh)
+
+# %% ../../chapters/01_rnn_limits.ipynb #f394ffb1
+class RecurrentLayer(nn.Module):
+    """Runs a cell (RNNCell, LSTMCell or GRUCell) over a batch-first sequence.
+
+    x: (B, T, D_in); state: the cell's state for t = 0 (None means zeros).
+    Returns (outputs, final_state): outputs (B, T, D_hid) hold h_1..h_T; final_state is the cell's state after
+    step T (h of shape (B, D_hid) for an RNNCell or a GRUCell, (h, c) for an LSTMCell).
+    """
+
+    def __init__(self, cell: RNNCell | LSTMCell | GRUCell):
+        super().__init__()
+        self.cell = cell
+
+    def forward(self, x: Tensor, state: Tensor | tuple[Tensor, Tensor] | None = None):
+        if x.dim() != 3:
+            raise ValueError(
+                f"x must have shape (B, T, D_in) (3 dims), got shape {tuple(x.shape)} ({x.dim()} dims); "
+                "for a single unbatched sequence of shape (T, D_in) use x.unsqueeze(0)"
+            )
+        batch_size, seq_len, d_in = x.shape
+        if d_in != self.cell.input_size:
+            raise ValueError(
+                f"x has D_in={d_in} features in its last dim but the cell has input_size={self.cell.input_size}; "
+                f"build the cell with input_size={d_in} or project x to {self.cell.input_size} features"
+            )
+        if seq_len == 0:
+            raise ValueError(f"x has T=0 time steps (shape {tuple(x.shape)}); give at least one step")
+        if state is None:
+            state = self.cell.initial_state(batch_size, x)
+        outputs = []
+        for t in range(seq_len):  # the sequential loop: T dependent steps
+            state = self.cell(x[:, t], state)  # x[:, t] is (B, D_in)
+            outputs.append(self.cell.output(state))  # (B, D_hid)
+        return torch.stack(outputs, dim=1), state  # (B, T, D_hid)
 
 # %% ../../chapters/01_rnn_limits.ipynb #691bb4ae
 LSTM_GATES = ("input", "forget", "cell", "output")  # PyTorch's order of the four blocks of rows
@@ -157,41 +192,6 @@ class GRUCell(nn.Module):
         z = torch.sigmoid(z_x + z_h)  # z_t = σ(W_iz x_t + b_iz + W_hz h_{t-1} + b_hz)
         n = torch.tanh(n_x + r * n_h)  # n_t = tanh(W_in x_t + b_in + r_t ⊙ (W_hn h_{t-1} + b_hn))
         return (1 - z) * n + z * state  # h_t = (1 - z_t) ⊙ n_t + z_t ⊙ h_{t-1}
-
-# %% ../../chapters/01_rnn_limits.ipynb #f394ffb1
-class RecurrentLayer(nn.Module):
-    """Runs a cell (RNNCell, LSTMCell or GRUCell) over a batch-first sequence.
-
-    x: (B, T, D_in); state: the cell's state for t = 0 (None means zeros).
-    Returns (outputs, final_state): outputs (B, T, D_hid) hold h_1..h_T; final_state is the cell's state after
-    step T (h of shape (B, D_hid) for an RNNCell or a GRUCell, (h, c) for an LSTMCell).
-    """
-
-    def __init__(self, cell: RNNCell | LSTMCell | GRUCell):
-        super().__init__()
-        self.cell = cell
-
-    def forward(self, x: Tensor, state: Tensor | tuple[Tensor, Tensor] | None = None):
-        if x.dim() != 3:
-            raise ValueError(
-                f"x must have shape (B, T, D_in) (3 dims), got shape {tuple(x.shape)} ({x.dim()} dims); "
-                "for a single unbatched sequence of shape (T, D_in) use x.unsqueeze(0)"
-            )
-        batch_size, seq_len, d_in = x.shape
-        if d_in != self.cell.input_size:
-            raise ValueError(
-                f"x has D_in={d_in} features in its last dim but the cell has input_size={self.cell.input_size}; "
-                f"build the cell with input_size={d_in} or project x to {self.cell.input_size} features"
-            )
-        if seq_len == 0:
-            raise ValueError(f"x has T=0 time steps (shape {tuple(x.shape)}); give at least one step")
-        if state is None:
-            state = self.cell.initial_state(batch_size, x)
-        outputs = []
-        for t in range(seq_len):  # the sequential loop: T dependent steps
-            state = self.cell(x[:, t], state)  # x[:, t] is (B, D_in)
-            outputs.append(self.cell.output(state))  # (B, D_hid)
-        return torch.stack(outputs, dim=1), state  # (B, T, D_hid)
 
 # %% ../../chapters/01_rnn_limits.ipynb #7de126db
 def load_torch_weights(cell: RNNCell | LSTMCell | GRUCell, module: nn.Module) -> None:

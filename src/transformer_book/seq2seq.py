@@ -12,31 +12,6 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from .checks import check_token_ids
 from .tokens import BOS_ID, PAD_ID  # padding after a short source, the decoder's first input
 
-# %% ../../chapters/02_attention.ipynb #5e2a0c04
-class AdditiveAttention(nn.Module):
-    """Bahdanau et al.'s attention: score a^T tanh(W_q q + W_k k + b), softmax over the keys, average of values.
-
-    query (B, L_q, d_q), key (B, L_k, d_k), value (B, L_k, d_v); mask (B, L_k) boolean, True = a real key
-    (False = padding). Returns the output (B, L_q, d_v) and the weights (B, L_q, L_k).
-    """
-
-    def __init__(self, query_size: int, key_size: int, attention_size: int):
-        super().__init__()
-        self.q_proj = nn.Linear(query_size, attention_size, bias=False)  # W_q
-        self.k_proj = nn.Linear(key_size, attention_size)  # W_k and the bias b
-        self.score_proj = nn.Linear(attention_size, 1, bias=False)  # a
-
-    def forward(
-        self, query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = None
-    ) -> tuple[Tensor, Tensor]:
-        _check_additive_inputs(query, key, value, mask, self.q_proj.in_features, self.k_proj.in_features)
-        features = torch.tanh(self.q_proj(query)[:, :, None] + self.k_proj(key)[:, None])  # (B, L_q, L_k, A)
-        scores = self.score_proj(features).squeeze(-1)  # e = a^T tanh(W_q q + W_k k + b): (B, L_q, L_k)
-        if mask is not None:
-            scores = scores.masked_fill(~mask[:, None], torch.finfo(scores.dtype).min)  # padding: weight 0
-        weights = scores.softmax(dim=-1)  # alpha, each row sums to 1: (B, L_q, L_k)
-        return weights @ value, weights  # c = sum_j alpha_j v_j: (B, L_q, d_v), and alpha (B, L_q, L_k)
-
 # %% ../../chapters/02_attention.ipynb #5e2a0c05
 def _check_additive_inputs(
     query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None, query_size: int, key_size: int
@@ -67,6 +42,47 @@ def _check_additive_inputs(
     if not mask.any(-1).all():
         empty = (~mask.any(-1)).nonzero().flatten().tolist()
         raise ValueError(f"mask rows {empty} allow no key at all; every sequence needs at least one real token")
+
+# %% ../../chapters/02_attention.ipynb #5e2a0c04
+class AdditiveAttention(nn.Module):
+    """Bahdanau et al.'s attention: score a^T tanh(W_q q + W_k k + b), softmax over the keys, average of values.
+
+    query (B, L_q, d_q), key (B, L_k, d_k), value (B, L_k, d_v); mask (B, L_k) boolean, True = a real key
+    (False = padding). Returns the output (B, L_q, d_v) and the weights (B, L_q, L_k).
+    """
+
+    def __init__(self, query_size: int, key_size: int, attention_size: int):
+        super().__init__()
+        self.q_proj = nn.Linear(query_size, attention_size, bias=False)  # W_q
+        self.k_proj = nn.Linear(key_size, attention_size)  # W_k and the bias b
+        self.score_proj = nn.Linear(attention_size, 1, bias=False)  # a
+
+    def forward(
+        self, query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
+        _check_additive_inputs(query, key, value, mask, self.q_proj.in_features, self.k_proj.in_features)
+        features = torch.tanh(self.q_proj(query)[:, :, None] + self.k_proj(key)[:, None])  # (B, L_q, L_k, A)
+        scores = self.score_proj(features).squeeze(-1)  # e = a^T tanh(W_q q + W_k k + b): (B, L_q, L_k)
+        if mask is not None:
+            scores = scores.masked_fill(~mask[:, None], torch.finfo(scores.dtype).min)  # padding: weight 0
+        weights = scores.softmax(dim=-1)  # alpha, each row sums to 1: (B, L_q, L_k)
+        return weights @ value, weights  # c = sum_j alpha_j v_j: (B, L_q, d_v), and alpha (B, L_q, L_k)
+
+# %% ../../chapters/02_attention.ipynb #5e2a0c11
+def _check_tokens(name: str, tokens: Tensor, vocab_size: int, batch_size: int | None = None) -> None:
+    """Raise ValueError/TypeError, naming what was seen, unless `tokens` is a (B, T) batch of valid ids."""
+    check_token_ids(name, tokens, vocab_size)  # (B, T) integer ids in 0 .. vocab_size - 1 (chapter 1)
+    if batch_size is not None and tokens.size(0) != batch_size:
+        raise ValueError(f"{name} has {tokens.size(0)} rows but the source has {batch_size}; give one per source")
+    if name == "source":
+        real = tokens != PAD_ID  # (B, T)
+        if not real[:, 0].all():
+            raise ValueError(
+                f"every source must start with a real token; rows {(~real[:, 0]).nonzero().flatten().tolist()} "
+                f"start with PAD_ID = {PAD_ID} (an empty source, or padding in front)"
+            )
+        if (real[:, 1:] & ~real[:, :-1]).any():
+            raise ValueError(f"source has PAD_ID = {PAD_ID} before a real token; put all padding at the end")
 
 # %% ../../chapters/02_attention.ipynb #5e2a0c10
 class RecurrentSeq2Seq(nn.Module):
@@ -131,22 +147,6 @@ class RecurrentSeq2Seq(nn.Module):
             weights.append(step_weights)
         all_weights = None if self.attention is None else torch.cat(weights, dim=1)  # (B, length, T_src)
         return torch.cat(tokens, dim=1), all_weights
-
-# %% ../../chapters/02_attention.ipynb #5e2a0c11
-def _check_tokens(name: str, tokens: Tensor, vocab_size: int, batch_size: int | None = None) -> None:
-    """Raise ValueError/TypeError, naming what was seen, unless `tokens` is a (B, T) batch of valid ids."""
-    check_token_ids(name, tokens, vocab_size)  # (B, T) integer ids in 0 .. vocab_size - 1 (chapter 1)
-    if batch_size is not None and tokens.size(0) != batch_size:
-        raise ValueError(f"{name} has {tokens.size(0)} rows but the source has {batch_size}; give one per source")
-    if name == "source":
-        real = tokens != PAD_ID  # (B, T)
-        if not real[:, 0].all():
-            raise ValueError(
-                f"every source must start with a real token; rows {(~real[:, 0]).nonzero().flatten().tolist()} "
-                f"start with PAD_ID = {PAD_ID} (an empty source, or padding in front)"
-            )
-        if (real[:, 1:] & ~real[:, :-1]).any():
-            raise ValueError(f"source has PAD_ID = {PAD_ID} before a real token; put all padding at the end")
 
 # %% ../../chapters/02_attention.ipynb #5e2a0c13
 def make_copy_batch(
