@@ -199,7 +199,7 @@ def test_colab_links_come_from_the_config(tmp_path):
     """The expected launch link is built from _config.yml's repository and the notebook's path."""
     config = yaml.safe_load((REPO_ROOT / "_config.yml").read_text(encoding="utf-8"))
     assert config["repository"]["url"] == "https://github.com/transformer-book/transformer-book"
-    assert config["repository"]["branch"] == "main"
+    assert config["repository"]["branch"] == "colab"
     (tmp_path / "_config.yml").write_text(yaml.safe_dump(config), encoding="utf-8")
     (tmp_path / "chapters").mkdir()
     (tmp_path / "chapters" / "01_rnn_limits.ipynb").write_text("{}", encoding="utf-8")
@@ -209,7 +209,7 @@ def test_colab_links_come_from_the_config(tmp_path):
     site = site_from_book(build, tmp_path / "_config.yml")
     assert site.colab == {
         "chapters/01_rnn_limits.html": "https://colab.research.google.com/github/transformer-book/"
-        "transformer-book/blob/main/chapters/01_rnn_limits.ipynb"
+        "transformer-book/blob/colab/chapters/01_rnn_limits.ipynb"
     }
     (tmp_path / "chapters" / "01_rnn_limits.ipynb").unlink()
     with pytest.raises(FileNotFoundError, match="chapters/01_rnn_limits.ipynb"):
