@@ -204,7 +204,7 @@ def test_figure_wider_than_a_phone_is_caught(reports):
 def test_the_line_length_comes_from_ruff(tmp_path):
     from bookcheck import ruff_line_length
 
-    assert ruff_line_length(REPO_ROOT / "pyproject.toml") == 110
+    assert ruff_line_length(REPO_ROOT / "pyproject.toml") == 116
     assert ruff_line_length(tmp_path / "pyproject.toml") is None
 
 
