@@ -9,6 +9,7 @@
 #   make bootstrap  write every chapter's first cell (the Colab set-up) from tools/bootstrap.py's template
 #   make dist       build the sdist and wheel into dist/ and check them as PyPI will
 #   make test-colab run chapters 1 and 10 as on Colab: lowest dependencies, local wheels for PyPI, git fallback
+#   make colab      write the chapters as Colab opens them (no MyST markup left) into _build/colab/
 #   make bump       write a new version everywhere: make bump VERSION=x.y.z
 #   make execute    re-run the chapters in place to refresh their stored outputs (NB=chapters/x.ipynb for one)
 #   make train      train the chapter 10 model from the command line (PRESET=smoke|cpu|gpu, default cpu)
@@ -43,11 +44,11 @@ export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
 .NOTPARALLEL:
 
-.PHONY: help setup setup-book browser book test lint actionlint pytest nbval test-book export bootstrap dist test-colab bump \
+.PHONY: help setup setup-book browser book test lint actionlint pytest nbval test-book export bootstrap dist test-colab colab bump \
 	execute train linkcheck clean
 
 help:
-	@sed -n '4,17p' Makefile | sed 's/^# //'
+	@sed -n '4,18p' Makefile | sed 's/^# //'
 
 setup: $(STAMP) browser
 
@@ -140,7 +141,13 @@ dist: setup
 
 # Chapters 1 and 10 in a throwaway Colab-like environment (tools/colab_check.py says how); needs `make dist`.
 test-colab: dist
-	$(BIN)/python tools/colab_check.py --dist dist --work _build/colab
+	$(BIN)/python tools/colab_check.py --dist dist --work _build/colab-check
+
+# The chapters converted for Colab and plain Jupyter (tools/colab.py): glued numbers written in, boxes as block
+# quotes, solutions in <details>, citations and links as text. The book workflow publishes _build/colab/ to the
+# branch the Colab buttons open. Like the book, it needs no PyTorch.
+colab: setup-book
+	$(BIN)/python tools/colab.py --out _build/colab
 
 bump: setup
 	@test -n "$(VERSION)" || { echo "usage: make bump VERSION=x.y.z"; exit 2; }

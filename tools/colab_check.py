@@ -17,7 +17,7 @@ the check fails if any cell raises, or if the package did not come from where th
    the GitHub one in the copies of the notebooks run here, and only there. Only the last chapter (10) runs:
    what this pass tests is the first cell's install, and chapter 10 uses the most of the package.
 
-    python tools/colab_check.py [--dist dist] [--work _build/colab] [--chapters 01_rnn_limits.ipynb ...]
+    python tools/colab_check.py [--dist dist] [--work _build/colab-check] [--chapters 01_rnn_limits.ipynb ...]
 """
 
 from __future__ import annotations
@@ -197,7 +197,7 @@ def origin(python: Path) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dist", type=Path, default=REPO_ROOT / "dist", help="folder with the wheel (make dist)")
-    parser.add_argument("--work", type=Path, default=REPO_ROOT / "_build" / "colab", help="scratch folder")
+    parser.add_argument("--work", type=Path, default=REPO_ROOT / "_build" / "colab-check", help="scratch folder")
     parser.add_argument("--chapters", nargs="+", default=CHAPTERS,
                         help="chapter notebooks to run in the pypi pass; the git pass runs the last one")
     args = parser.parse_args(argv)

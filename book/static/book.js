@@ -10,3 +10,45 @@ document.addEventListener("DOMContentLoaded", () => {
     });
   }
 });
+
+// The navigation's expand arrows (a <summary> holding only an icon) get a name that screen readers announce:
+// "Sections of" and the chapter's title (axe-core: summary-name).
+document.addEventListener("DOMContentLoaded", () => {
+  for (const summary of document.querySelectorAll("nav li.has-children > details > summary")) {
+    const link = summary.parentElement.previousElementSibling;
+    if (!summary.textContent.trim() && !summary.hasAttribute("aria-label") && link) {
+      summary.setAttribute("aria-label", `Sections of ${link.textContent.trim()}`);
+    }
+  }
+});
+
+// The bibliography: sphinxcontrib-bibtex marks its list role="list" and each entry role="doc-biblioentry", a role
+// ARIA has deprecated and that a list cannot hold; screen readers then find a list without items. The entries
+// become its list items (axe-core: aria-required-children).
+document.addEventListener("DOMContentLoaded", () => {
+  for (const entry of document.querySelectorAll('[role="list"] > [role="doc-biblioentry"]')) {
+    entry.setAttribute("role", "listitem");
+  }
+});
+
+// A display equation wider than its box scrolls inside it (book.css); keyboard users reach it with Tab and scroll
+// it with the arrow keys (axe-core: scrollable-region-focusable). Measured once MathJax has typeset the page and
+// again when the window changes size.
+function focusableWideEquations() {
+  for (const box of document.querySelectorAll('.bd-article mjx-container[display="true"], .bd-article div.math')) {
+    if (box.scrollWidth > box.clientWidth + 1) {
+      box.setAttribute("tabindex", "0");
+    } else if (box.getAttribute("tabindex") === "0") {
+      box.removeAttribute("tabindex");
+    }
+  }
+}
+window.addEventListener("load", () => {
+  const typeset = window.MathJax && window.MathJax.startup && window.MathJax.startup.promise;
+  (typeset || Promise.resolve()).then(focusableWideEquations);
+  let pending = null;
+  window.addEventListener("resize", () => {
+    clearTimeout(pending);
+    pending = setTimeout(focusableWideEquations, 200);
+  });
+});

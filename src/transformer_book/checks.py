@@ -85,7 +85,8 @@ def check_token_ids(name: str, tokens: object, vocab_size: int | None = None) ->
             )
 
 
-def check_mask(mask: Tensor, scores_shape: torch.Size, shapes_to_use: str = "(..., L_q, L_k) or one with 1s to broadcast") -> None:
+def check_mask(mask: Tensor, scores_shape: torch.Size,
+               shapes_to_use: str = "(..., L_q, L_k) or one with 1s to broadcast") -> None:
     """A boolean mask (True = may attend) that broadcasts to the attention scores (..., L_q, L_k).
 
     shapes_to_use names, in the error, the shapes that fit the caller.

@@ -139,8 +139,10 @@ def _parser() -> argparse.ArgumentParser:
     command = dict(formatter_class=_ShowDefaults)
     p = commands.add_parser("train", help="train (or resume) a German-to-English model on Multi30k", **command)
     p.add_argument("--preset", choices=sorted(PRESETS), default=None, help="default: gpu with CUDA, else cpu")
-    p.add_argument("--out", type=_folder, default="runs/multi30k", help="run folder; checkpoints in OUT/last, OUT/best")
-    p.add_argument("--max-steps", type=_at_least_one, default=None, help="stop after this many steps (resumable); default: train the whole budget")
+    p.add_argument("--out", type=_folder, default="runs/multi30k",
+                   help="run folder; checkpoints in OUT/last, OUT/best")
+    p.add_argument("--max-steps", type=_at_least_one, default=None,
+                   help="stop after this many steps (resumable); default: train the whole budget")
     p.add_argument("--amp", choices=AMP_CHOICES, default=None,
                    help="arithmetic; default: the preset's (auto); off = float32, also where bfloat16 is available")
     for name, what in (("translate", "translate German sentences (arguments, or lines on stdin)"),
@@ -150,9 +152,11 @@ def _parser() -> argparse.ArgumentParser:
         if name == "evaluate":
             p.add_argument("--split", default="test2016", choices=sorted(data.SPLITS))
         p.add_argument("--beam-size", type=_at_least_one, default=None, help=_BEAM_HELP)
-        p.add_argument("--length-penalty", type=_penalty, default=0.6, help="beam search's alpha; larger: longer output")
+        p.add_argument("--length-penalty", type=_penalty, default=0.6,
+                       help="beam search's alpha; larger: longer output")
         p.add_argument("--average", type=_at_least_one, default=None, metavar="N", help=_AVERAGE_HELP)
-        p.add_argument("--allow-fewer", action="store_true", help="with --average: average fewer than N if that is all")
+        p.add_argument("--allow-fewer", action="store_true",
+                       help="with --average: average fewer than N if that is all")
         if name == "translate":
             p.add_argument("sentences", nargs="*", help="German sentences; none: read lines from stdin")
     return parser
@@ -219,8 +223,10 @@ def _train(args: argparse.Namespace) -> int:
             best = max(r["val_bleu"] for r in run.history)
             print(f"best validation BLEU {best:.2f}; checkpoints in {args.out}/best and {args.out}/last")
         else:
-            print(f"stopped after {run.train_state.step} updates ({run.stopped}), before the first epoch ended, "
-                  f"so nothing is scored yet; run again without --max-steps to go on (checkpoint in {args.out}/last)")
+            print(
+                f"stopped after {run.train_state.step} updates ({run.stopped}), before the first epoch ended, "
+                f"so nothing is scored yet; run again without --max-steps to go on (checkpoint in {args.out}/last)"
+            )
     return 0
 
 

@@ -90,8 +90,10 @@ def greedy_decode(
         cache = new_cache(model) if use_cache else None
         for _ in range(max_len):
             step_input = tokens[:, -1:] if use_cache else tokens  # (B, 1) or (B, t)
-            # Every id fed back was chosen by the model, so decode skips its check of the ids (a host read on a GPU).
-            logits = model.decode(step_input, memory, src_mask, cache=cache, check_ids=False)[:, -1]  # (B, vocab_size)
+            # Every id fed back was chosen by the model, so decode skips its check of the ids (a host read on a
+            # GPU).
+            # (B, vocab_size)
+            logits = model.decode(step_input, memory, src_mask, cache=cache, check_ids=False)[:, -1]
             next_token = logits.argmax(dim=-1)  # (B,): y_t = argmax_y p(y | y_<t, X)
             next_token = next_token.masked_fill(finished, pad_id)  # finished sentences only pad
             tokens = torch.cat([tokens, next_token[:, None]], dim=1)  # (B, t + 1)
@@ -184,7 +186,8 @@ def beam_search(
         best_done_score = torch.full((batch,), float("-inf"), dtype=dtype, device=device)  # (B,): s(Y, X)
         best_done = torch.full((batch, 1 + max_len), pad_id, dtype=torch.long, device=device)  # (B, 1 + max_len)
         for _ in range(max_len):
-            logits = model.decode(tokens[:, -1:], memory, src_mask, cache=cache, check_ids=False)[:, -1]  # (B*K, vocab_size)
+            # (B*K, vocab_size)
+            logits = model.decode(tokens[:, -1:], memory, src_mask, cache=cache, check_ids=False)[:, -1]
             log_probs = torch.log_softmax(logits.to(dtype), dim=-1).view(batch, k, -1)  # (B, K, vocab_size)
             vocab = log_probs.size(-1)
             # A finished hypothesis may only be extended by padding, at no cost: it stays as it is.
@@ -192,7 +195,8 @@ def beam_search(
             done_row[pad_id] = 0.0
             log_probs = torch.where(finished[..., None], done_row, log_probs)  # (B, K, vocab_size)
             candidates = scores[..., None] + log_probs  # (B, K, vocab_size): log p(y_<t | X) + log p(y_t | y_<t, X)
-            cand_lengths = torch.where(finished, lengths, lengths + 1)[..., None].expand(-1, -1, vocab)  # (B, K, vocab_size)
+            # (B, K, vocab_size)
+            cand_lengths = torch.where(finished, lengths, lengths + 1)[..., None].expand(-1, -1, vocab)
             ranking = candidates / gnmt_length_penalty(cand_lengths, length_penalty)  # (B, K, vocab_size): s(Y, X)
             top = ranking.view(batch, -1).topk(k, dim=-1).indices  # (B, K): indices into K*V
             beam_origin, next_token = top // vocab, top % vocab  # (B, K) each
@@ -209,7 +213,8 @@ def beam_search(
             improved = done_best > best_done_score  # (B,)
             best_done_score = torch.where(improved, done_best, best_done_score)  # (B,)
             new_best = tokens.view(batch, k, -1)[rows, done_at]  # (B, t + 1)
-            seen = best_done[:, : new_best.size(1)]  # (B, t + 1); torch.where, not best_done[improved]: no host read
+            # (B, t + 1); torch.where, not best_done[improved]: no host read
+            seen = best_done[:, : new_best.size(1)]
             best_done[:, : new_best.size(1)] = torch.where(improved[:, None], new_best, seen)  # pad after EOS
             if finished.all():
                 break

@@ -42,7 +42,8 @@ class ShardedLoss(nn.Module):
         self.loss_fn, self.ignore_index = loss_fn, ignore_index
 
     def forward(self, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        """logits (B_r, T_tgt, vocab_size), target (B_r, T_tgt) of this process's shard -> W * shard sum / N_batch."""
+        """logits (B_r, T_tgt, vocab_size), target (B_r, T_tgt) of this process's shard
+        -> W * shard sum / N_batch."""
         tokens = (target != self.ignore_index).sum()
         batch_tokens = tokens.clone()
         dist.all_reduce(batch_tokens)  # N_batch: the target tokens of all the shards
@@ -101,7 +102,8 @@ class Processes:
         """This process's shard of each batch."""
         return [shard(batch, self.rank, self.world_size) for batch in batches] if self.distributed else batches
 
-    def wrap(self, model: nn.Module, loss_fn: nn.Module, device: torch.device, seed: int) -> tuple[nn.Module, nn.Module]:
+    def wrap(self, model: nn.Module, loss_fn: nn.Module, device: torch.device, seed: int) -> tuple[nn.Module,
+                                                                                                   nn.Module]:
         """The model and loss a process trains with: DDP and ShardedLoss in a group, the plain ones alone."""
         if not self.distributed:
             return model, loss_fn

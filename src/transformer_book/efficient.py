@@ -182,7 +182,8 @@ def linear_attention_recurrent(
 
 # %% ../../chapters/12_long_sequences.ipynb #2918978b
 def repeat_kv(x: Tensor, groups: int) -> Tensor:
-    """(B, H_kv, T, D_h) -> (B, H_kv * groups, T, D_h): kv head g serves query heads g*groups ... (g+1)*groups - 1."""
+    """(B, H_kv, T, D_h) -> (B, H_kv * groups, T, D_h): kv head g serves query heads
+    g*groups ... (g+1)*groups - 1."""
     return x.repeat_interleave(check_int("groups", groups), dim=1)  # (B, H, T, D_h)
 
 

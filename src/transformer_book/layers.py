@@ -78,7 +78,8 @@ class RotaryMultiHeadAttention(MultiHeadAttention):
     number of cached positions when a cache is passed.
     """
 
-    def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0, bias: bool = True, base: float = PE_BASE):
+    def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0, bias: bool = True,
+                 base: float = PE_BASE):
         super().__init__(d_model, num_heads, dropout, bias)
         if self.d_head % 2 != 0:
             raise ValueError(
@@ -91,7 +92,8 @@ class RotaryMultiHeadAttention(MultiHeadAttention):
         self, query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = None, need_weights: bool = False,
         cache: KVCache | None = None,
     ) -> Tensor | tuple[Tensor, Tensor]:
-        """Self-attention of x (B, T, D) (query, key and value of one sequence) -> (B, T, D), as MultiHeadAttention."""
+        """Self-attention of x (B, T, D) (query, key and value of one sequence) -> (B, T, D),
+        as MultiHeadAttention."""
         _check_inputs(self, query, key, value)  # chapter 3's checks
         if query.size(1) != key.size(1) or (cache is not None and cache.static):
             raise ValueError("rotary attention here is self-attention: query and key must be one sequence "

@@ -16,7 +16,8 @@ from functools import partial
 import torch
 from torch import Tensor, nn
 
-from .checks import check_choice, check_heads, check_int, check_probability, check_token_ids, id_range
+from .checks import check_choice, check_heads, check_int, check_probability, check_token_ids
+from .checks import id_range
 from .kvcache import KVCache
 from .layers import GELUFeedForward, RMSNorm, RotaryMultiHeadAttention, SwiGLU
 from .masking import causal_mask, padding_mask
@@ -110,7 +111,9 @@ class StackConfig:
         check_choice("feed_forward", self.feed_forward, FEED_FORWARDS)
         check_choice("positions", self.positions, POSITIONS)
         if self.positions == "sinusoidal" and self.d_model % 2 != 0:
-            raise ValueError(f"the sinusoidal encoding needs an even d_model (sine, cosine pairs); got {self.d_model}")
+            raise ValueError(
+                f"the sinusoidal encoding needs an even d_model (sine, cosine pairs); got {self.d_model}"
+            )
         head_size = self.d_model // self.num_heads
         if self.positions == "rotary" and head_size % 2 != 0:
             raise ValueError(
@@ -122,11 +125,14 @@ class StackConfig:
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be True or False; got {getattr(self, name)!r}")
         if self.pad_id >= self.vocab_size:
-            raise ValueError(f"pad_id ({self.pad_id}) must be a token id: 0 <= pad_id < vocab_size ({self.vocab_size})")
+            raise ValueError(
+                f"pad_id ({self.pad_id}) must be a token id: 0 <= pad_id < vocab_size ({self.vocab_size})"
+            )
 
 # %% ../../chapters/11_one_stack.ipynb #7b3e3072
 class TransformerStack(nn.Module):
-    """Token ids (B, T) -> logits (B, T, vocab_size) through num_layers StackLayers: GPT (causal) or BERT (not causal).
+    """Token ids (B, T) -> logits (B, T, vocab_size) through num_layers StackLayers: GPT (causal) or BERT
+    (not causal).
 
     The output layer shares the embedding matrix, as in chapter 6. segments (B, T), ids 0 .. num_segments - 1,
     add BERT's sentence embeddings; cache (from new_cache(), causal models only) lets generation feed one new
@@ -215,5 +221,7 @@ class TransformerStack(nn.Module):
                              f"({len(self.layers)}); got causal={c.causal} and {len(cache)}; use model.new_cache()")
         end = (len(cache[0]) if cache is not None else 0) + tokens.size(1)
         if end > c.max_len:
-            raise ValueError(f"the sequence reaches position {end}, beyond max_len={c.max_len}; shorten it or build "
-                             f"the model with a larger max_len")
+            raise ValueError(
+                f"the sequence reaches position {end}, beyond max_len={c.max_len}; shorten it or build "
+                f"the model with a larger max_len"
+            )

@@ -208,7 +208,8 @@ class TransformerConfig:
 def _check_config(config: TransformerConfig) -> None:
     """Raise TypeError or ValueError, naming the field and the fix, for a configuration that cannot work."""
     sizes = (
-        "src_vocab_size", "tgt_vocab_size", "d_model", "num_encoder_layers", "num_decoder_layers", "d_ff", "max_len",
+        "src_vocab_size", "tgt_vocab_size", "d_model", "num_encoder_layers", "num_decoder_layers", "d_ff",
+        "max_len",
     )
     for name in sizes:
         check_int(name, getattr(config, name))  # chapter 1's checks: an int >= 1
@@ -250,7 +251,8 @@ class Transformer(nn.Module):
         self.positional = PositionalEncoding(c.d_model, c.dropout, c.max_len)
         self.encoder = Encoder(c.num_encoder_layers, c.d_model, c.num_heads, c.d_ff, c.dropout, c.norm_first)
         self.decoder = Decoder(c.num_decoder_layers, c.d_model, c.num_heads, c.d_ff, c.dropout, c.norm_first)
-        self.generator = nn.Linear(c.d_model, c.tgt_vocab_size, bias=False)  # logits = y E^T (y: decoder output) when tied
+        # logits = y E^T (y: decoder output) when tied
+        self.generator = nn.Linear(c.d_model, c.tgt_vocab_size, bias=False)
         self._init_weights()
         if c.tie_embeddings:
             self.generator.weight = self.tgt_embed.weight  # (V, D): one tensor, three uses

@@ -69,7 +69,9 @@ def _fetch(url: str, dest: Path, max_bytes: int | None = None, deadline: float |
             if now > deadline:
                 raise TimeoutError(f"the transfer took longer than {_DOWNLOAD_DEADLINE_S} s in all")
             if now - start > _RATE_GRACE_S and out.tell() / (now - start) < _MIN_RATE_BYTES_S:
-                raise TimeoutError(f"the transfer ran at {out.tell() / (now - start):.0f} bytes/s, too slow to finish")
+                raise TimeoutError(
+                    f"the transfer ran at {out.tell() / (now - start):.0f} bytes/s, too slow to finish"
+                )
         # http.client ends a body that stops short without an error; compare with the announced length
         if announced is not None and out.tell() != announced:
             raise ConnectionError(f"the transfer stopped after {out.tell()} of {announced} bytes")
@@ -80,7 +82,9 @@ def _announced_length(header: str | None, max_bytes: int | None) -> int | None:
     if header is None:
         return None
     if not header.strip().isdigit():
-        raise ConnectionError(f"the server announced a length that is not a number (Content-Length: {header!r:.40})")
+        raise ConnectionError(
+            f"the server announced a length that is not a number (Content-Length: {header!r:.40})"
+        )
     if max_bytes is not None and int(header) > max_bytes:
         raise ConnectionError(f"the server announced {int(header):,} bytes for a file of {max_bytes:,}")
     return int(header)

@@ -41,7 +41,11 @@ class AdamW(torch.optim.Optimizer):
                     continue
                 state = self.state[p]
                 if not state:
-                    state["step"], state["exp_avg"], state["exp_avg_sq"] = 0, torch.zeros_like(p), torch.zeros_like(p)
+                    state["step"], state["exp_avg"], state["exp_avg_sq"] = (
+                        0,
+                        torch.zeros_like(p),
+                        torch.zeros_like(p),
+                    )
                 state["step"] += 1
                 t, m, v = state["step"], state["exp_avg"], state["exp_avg_sq"]
                 p.mul_(1 - lr * decay)  # theta (1 - eta lambda), apart from the gradient
@@ -83,7 +87,9 @@ class CosineWarmupSchedule(torch.optim.lr_scheduler.LambdaLR):
         if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 1:
             raise ValueError(f"warmup_steps must be a positive int; got {warmup_steps!r}")
         if not isinstance(total_steps, int) or total_steps <= warmup_steps:
-            raise ValueError(f"total_steps ({total_steps!r}) must be an int larger than warmup_steps ({warmup_steps})")
+            raise ValueError(
+                f"total_steps ({total_steps!r}) must be an int larger than warmup_steps ({warmup_steps})"
+            )
         if not 0.0 <= min_ratio <= 1.0:
             raise ValueError(f"min_ratio is the final rate over the peak, in [0, 1]; got {min_ratio!r}")
         self.warmup_steps, self.total_steps, self.min_ratio = warmup_steps, total_steps, min_ratio

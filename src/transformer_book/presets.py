@@ -40,7 +40,8 @@ class Preset:
     norm_first: bool = True  # pre-norm trains stably with a short warm-up (chapter 6)
     train_subset: int | None = None  # use only the first N training pairs (the smoke preset)
     val_bleu_sentences: int = 200  # a quick greedy BLEU on this many validation sentences after each epoch
-    time_limit_minutes: float | None = None  # a safety stop (with a checkpoint) for a machine far slower than planned
+    # a safety stop (with a checkpoint) for a machine far slower than planned
+    time_limit_minutes: float | None = None
     beam_size: int = 4  # beam width for the final evaluation (chapter 8)
     average_last: int = 5  # keep the weights of the last N epochs, to average them (the paper averages 5)
     seed: int = 0

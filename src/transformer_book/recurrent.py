@@ -242,7 +242,8 @@ def input_gradient_norms(layer: nn.Module, x: Tensor, readout: Tensor) -> Tensor
     """
     if x.dim() != 3:
         raise ValueError(
-            f"x must have shape (B, T, D_in), got {tuple(x.shape)}; for a single sequence (T, D_in) use x.unsqueeze(0)"
+            f"x must have shape (B, T, D_in), got {tuple(x.shape)}; "
+            "for a single sequence (T, D_in) use x.unsqueeze(0)"
         )
     x = x.detach().requires_grad_(True)
     outputs, _ = layer(x)  # (B, T, D_out)
@@ -259,7 +260,8 @@ def input_gradient_norms(layer: nn.Module, x: Tensor, readout: Tensor) -> Tensor
 def make_recall_batch(
     batch_size: int, distance: int, vocab_size: int, generator: torch.Generator | None = None
 ) -> tuple[Tensor, Tensor]:
-    """Sequences of `distance + 1` random tokens; the target is the first token, seen `distance` steps before the last.
+    """Sequences of `distance + 1` random tokens; the target is the first token, seen `distance` steps before
+    the last.
 
     Returns tokens (B, distance + 1) and targets (B,), both int64.
     """

@@ -25,7 +25,8 @@ from .masking import Batch
 from .model import Transformer
 from .presets import AMP_CHOICES, Preset, choose_preset, model_config, pick_amp_dtype, pick_device
 from .tokens import PAD_ID
-from .training import LabelSmoothingLoss, TrainState, WarmupSchedule, autocast, fit, make_optimizer, set_seed
+from .training import LabelSmoothingLoss, TrainState, WarmupSchedule, autocast, fit
+from .training import make_optimizer, set_seed
 from .translate import Translator
 
 # %% ../../chapters/10_training_on_gpu.ipynb #1d6b9523
@@ -89,7 +90,8 @@ class RunData:
 
 
 def prepare_data(preset: Preset, out: Path, processes: Processes, root: str | Path | None = None) -> RunData:
-    """Multi30k's pairs, the run's tokenizer (trained once, then read back from the run folder), the pairs encoded."""
+    """Multi30k's pairs, the run's tokenizer (trained once, then read back from the run folder),
+    the pairs encoded."""
     train_pairs = data.load_multi30k("train", root=root)
     val_pairs = data.load_multi30k("val", root=root)
     if preset.train_subset is not None:
@@ -157,8 +159,10 @@ def build_or_resume(preset: Preset, out: Path, device: torch.device, processes: 
 
 
 def resume(out: Path, preset: Preset, model: Transformer, optimizer: torch.optim.Optimizer,
-           scaler: torch.amp.GradScaler | None, tokenizer: runfolder.RunTokenizer, device: torch.device) -> RunRecord:
-    """Load the run folder's `last/` into the model, Adam and the scaler; returns its record. Refuses another run's."""
+           scaler: torch.amp.GradScaler | None, tokenizer: runfolder.RunTokenizer,
+           device: torch.device) -> RunRecord:
+    """Load the run folder's `last/` into the model, Adam and the scaler; returns its record.
+    Refuses another run's."""
     saved_model, saved = load_checkpoint(out / "last", device)
     record = saved.record  # a ValueError naming what is missing when train() did not write it
     if saved.tokenizer_sha256 != tokenizer.sha256:
@@ -252,7 +256,8 @@ def evaluate_and_save(run: Run, state: TrainState) -> None:
         start = time.perf_counter()
         if run.scaler is not None:
             run.record.scaler = run.scaler.state_dict()  # the record as `last/` will hold it
-        save_checkpoint(runfolder.snapshot_path(run.out, state.step), run.model, None, run.record, run.corpus.tokenizer.path)
+        save_checkpoint(runfolder.snapshot_path(run.out, state.step), run.model, None, run.record,
+                        run.corpus.tokenizer.path)
         runfolder.prune_snapshots(run.out, run.preset.average_last)
         run.save_seconds += time.perf_counter() - start
     if scores["val_bleu"] >= max(r["val_bleu"] for r in run.record.history):
@@ -270,7 +275,8 @@ def score_epoch(run: Run, state: TrainState) -> dict:
     cut_short = state.batch_in_epoch > 0  # scored when the time limit stopped an epoch midway
     steps = state.batch_in_epoch if cut_short else len(run.batches(state.epoch - 1))
     epoch = state.epoch + state.batch_in_epoch / len(run.batches(state.epoch)) if cut_short else state.epoch
-    val_loss = validation_loss(run.model, run.corpus.val_examples, run.preset, run.device, run.amp_dtype, run.loss_fn)
+    val_loss = validation_loss(run.model, run.corpus.val_examples, run.preset, run.device, run.amp_dtype,
+                               run.loss_fn)
     return {
         "epoch": round(epoch, 2), "step": state.step, "train_loss": sum(state.losses[-steps:]) / steps,
         "val_loss": val_loss, "val_bleu": bleu, "train_seconds": state.train_seconds,

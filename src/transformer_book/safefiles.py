@@ -38,8 +38,12 @@ def lock_file(path: Path, wait: bool, folder: bool = False) -> Iterator[int | No
         fd = os.open(path, os.O_RDONLY if folder else os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
     except OSError as error:
         if path.is_symlink():
-            raise OSError(f"{path} is a symbolic link; a lock file is never one: delete the link and run again") from None
-        raise OSError(f"cannot open the lock file {path} ({error.strerror}); check the folder's permissions") from None
+            raise OSError(
+                f"{path} is a symbolic link; a lock file is never one: delete the link and run again"
+            ) from None
+        raise OSError(
+            f"cannot open the lock file {path} ({error.strerror}); check the folder's permissions"
+        ) from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
         yield fd
@@ -86,7 +90,9 @@ def unseal(raw: bytes, file: Path) -> dict:
     try:
         info = json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:
-        raise ValueError(f"{file} is not UTF-8 text: it is damaged; use the copy on Drive, or train again") from None
+        raise ValueError(
+            f"{file} is not UTF-8 text: it is damaged; use the copy on Drive, or train again"
+        ) from None
     except (json.JSONDecodeError, RecursionError) as error:
         reason = "nested too deeply" if isinstance(error, RecursionError) else str(error)
         raise ValueError(f"{file} is not valid JSON ({reason}); the copy may be cut short: copy it again") from None

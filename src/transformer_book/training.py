@@ -30,7 +30,8 @@ AMP_DTYPES = (torch.bfloat16, torch.float16)  # the low-precision types autocast
 class LabelSmoothingLoss(nn.Module):
     """Cross-entropy H(q, p) against a label-smoothed target q, averaged over the non-padding tokens.
 
-    logits (..., vocab_size) and integer targets (...) -> a scalar. q gives the correct class y at least 1 - smoothing
+    logits (..., vocab_size) and integer targets (...) -> a scalar. q gives the correct class y at least
+    1 - smoothing
     and spreads `smoothing` over the vocabulary:
       convention="uniform": smoothing / K to every class, y included (Szegedy et al. 2016; equal to
         torch.nn.CrossEntropyLoss(label_smoothing=smoothing)), so q_y = 1 - smoothing + smoothing / K;
@@ -54,7 +55,8 @@ class LabelSmoothingLoss(nn.Module):
         self.smoothing, self.ignore_index, self.convention = smoothing, ignore_index, convention
 
     def forward(self, logits: Tensor, target: Tensor) -> Tensor:
-        """logits (..., vocab_size), target (...) integer class ids -> scalar loss (float32, or float64 for float64 logits)."""
+        """logits (..., vocab_size), target (...) integer class ids -> scalar loss (float32, or float64 for
+        float64 logits)."""
         if logits.shape[:-1] != target.shape:
             raise ValueError(
                 f"logits (..., vocab_size) and target (...) must agree on the leading dimensions; got logits "
@@ -77,7 +79,8 @@ class LabelSmoothingLoss(nn.Module):
         """The two formulas above, from -log p_y, the sums of -log p_k over all k and over k != y, and K."""
         eps = self.smoothing
         if self.convention == "uniform":
-            loss = (1.0 - eps) * nll + eps * (total / num_classes)  # (1 - eps)(-log p_y) + eps sum_k (1/K)(-log p_k)
+            # (1 - eps)(-log p_y) + eps sum_k (1/K)(-log p_k)
+            loss = (1.0 - eps) * nll + eps * (total / num_classes)
         else:
             loss = (1.0 - eps) * nll + eps / (num_classes - 1).clamp(min=1) * others  # ... + eps/(K-1) sum_{k!=y}
         return loss[keep].sum() / keep.sum().clamp(min=1)
@@ -88,7 +91,8 @@ class LabelSmoothingLoss(nn.Module):
         logits = logits.masked_fill(~keep.unsqueeze(-1), 0.0)  # (..., vocab_size)
         log_probs = F.log_softmax(logits, dim=-1)  # (..., vocab_size): log p_k
         possible = log_probs != -math.inf  # (..., vocab_size): False where the logit is -inf (p_k = 0)
-        log_probs_possible = log_probs.masked_fill(~possible, 0.0)  # (..., vocab_size): impossible classes get q_k = 0
+        # (..., vocab_size): impossible classes get q_k = 0
+        log_probs_possible = log_probs.masked_fill(~possible, 0.0)
         num_classes = possible.sum(dim=-1).to(logits.dtype)  # (...): K, the classes that can be predicted
         nll = -log_probs.gather(-1, target.unsqueeze(-1)).squeeze(-1)  # (...): -log p_y
         total = -log_probs_possible.sum(dim=-1)  # (...): sum over possible k of -log p_k

@@ -26,7 +26,8 @@ class Translator:
     """A trained model with its tokenizer: German sentences in, English sentences out."""
 
     def __init__(
-        self, model: Transformer, tokenizer: Tokenizer, device: torch.device | str | None = None, batch_size: int = 64
+        self, model: Transformer, tokenizer: Tokenizer, device: torch.device | str | None = None,
+        batch_size: int = 64
     ):
         self.device = torch.device(device) if device is not None else next(model.parameters()).device
         self.model, self.tokenizer = model.to(self.device), tokenizer
@@ -41,7 +42,8 @@ class Translator:
 
     @classmethod
     def from_loaded(cls, model: Transformer, checkpoint: Checkpoint, device: torch.device | str) -> "Translator":
-        """The Translator of a model and the Checkpoint load_checkpoint returned with it (its verified tokenizer)."""
+        """The Translator of a model and the Checkpoint load_checkpoint returned with it
+        (its verified tokenizer)."""
         tokenizer = checkpoint.tokenizer
         if tokenizer.get_vocab_size() != model.config.src_vocab_size:
             raise ValueError(
@@ -125,7 +127,8 @@ def evaluate(
 
 # %% ../../chapters/10_training_on_gpu.ipynb #ecf94b1b
 @torch.no_grad()
-def attention_weights(model: Transformer, src: torch.Tensor, tgt_in: torch.Tensor, module_name: str) -> torch.Tensor:
+def attention_weights(model: Transformer, src: torch.Tensor, tgt_in: torch.Tensor,
+                      module_name: str) -> torch.Tensor:
     """Attention weights (B, H, T_q, T_k) of one attention module, e.g. "decoder.layers.2.cross_attn".
 
     src (B, T_src) and tgt_in (B, T_tgt) go through the model in eval mode; the model's mode is restored.

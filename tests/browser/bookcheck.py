@@ -54,6 +54,8 @@ RAW_TEX = [
     (re.compile(r"(?<![\w$])\$[^\s$][^$\n]{0,120}?[\\^_{}][^$\n]{0,120}?\$(?![\w$])"), "$...$"),
 ]
 SNIPPET_CHARS = 40
+# axe-core findings that fail a page (its impacts are minor, moderate, serious and critical).
+AXE_FAILING_IMPACTS = ("serious", "critical")
 # Sphinx's generated search page has no <h1> in its article.
 PAGES_WITHOUT_TITLE = {"search.html"}
 
@@ -224,6 +226,9 @@ _COLLECT_JS = r"""
     return {columns: Math.floor(inner / column), longest, scrolls: pre.scrollWidth > pre.clientWidth + 1,
             where: firstLine(pre)};
   });
+  // Text outputs (printed tables, logs) whose lines run past their box.
+  const wideOutputs = Array.from(document.querySelectorAll('.cell_output pre')).filter(visible)
+    .filter(pre => pre.scrollWidth > pre.clientWidth + 1).map(firstLine);
   const copyButtons = document.querySelectorAll('button.copybtn').length;
   // Widgets: an output that only a live Jupyter can draw, or the manager's placeholder text.
   const widgetMarkers = [];
@@ -247,7 +252,7 @@ _COLLECT_JS = r"""
     return {ok, where: source ? source.textContent.trim().split('\n')[0].slice(0, 60) : el.tagName};
   });
   return {unrendered, mathErrors, mathCount: mathEls.length, text, images, links, launch, repoButtons,
-          codeBlocks, copyButtons, widgets, directives, nbvalMarkers, glueImports, codeBoxes, hasMathJax: !!(window.MathJax && window.MathJax.startup),
+          codeBlocks, copyButtons, widgets, directives, nbvalMarkers, glueImports, codeBoxes, wideOutputs, hasMathJax: !!(window.MathJax && window.MathJax.startup),
           title: document.title, h1: document.querySelectorAll('article h1').length,
           overflow: document.documentElement.scrollWidth - window.innerWidth};
 }
@@ -280,6 +285,34 @@ _PHONE_JS = r"""
 }
 """
 
+# axe-core (its axe.min.js, shipped by the axe-playwright-python package) on the page as a reader first sees it.
+# Only violations are collected, and axe does not fetch the stylesheets again (preload). Colour contrast is the
+# slow rule (half a minute on a chapter, nearly all of it in the syntax-highlighted code's thousands of spans):
+# it runs on all of a page's text, except the highlighted code, which it checks on the first page that has some
+# (every page uses the same highlighting styles). Every other rule runs on the whole page.
+_AXE_RUN_JS = """
+async (withCode) => {
+  const options = {resultTypes: ['violations'], preload: false};
+  const rest = await axe.run(document, {...options, rules: {'color-contrast': {enabled: false}}});
+  const contrast = await axe.run(withCode ? document : {exclude: [['.highlight']]},
+                                 {...options, runOnly: ['color-contrast']});
+  return [...rest.violations, ...contrast.violations].map(v => ({
+    id: v.id, impact: v.impact, help: v.help, count: v.nodes.length,
+    target: v.nodes.length ? v.nodes[0].target.join(' ') : ''}));
+}
+"""
+
+
+def axe_script() -> str:
+    """The axe-core script; raises ImportError with what to install when the package is missing."""
+    try:
+        from axe_playwright_python.base import AXE_FILE_PATH
+    except ImportError as err:
+        raise ImportError("axe-playwright-python (it ships axe-core's axe.min.js) is not installed: "
+                          "run `make setup`") from err
+    return AXE_FILE_PATH.read_text(encoding="utf-8")
+
+
 _WAIT_MATHJAX_JS = """
 async () => {
   if (!document.querySelector('span.math, div.math')) return 'no math';
@@ -308,6 +341,8 @@ class BookChecker:
         self._pw = None
         self.context = None
         self.blocked: list[str] = []
+        self._axe = axe_script()
+        self._code_contrast_checked = False
 
     # -- lifecycle -------------------------------------------------------------------------------
     def __enter__(self) -> BookChecker:
@@ -388,6 +423,8 @@ class BookChecker:
                     problems.append(f"widget output with no static figure next to it (cell `{widget['where']}`)")
             if page not in PAGES_WITHOUT_TITLE and data["h1"] != 1:
                 problems.append(f"expected one <h1> title, found {data['h1']}")
+            checks += 1
+            problems += self._axe_problems(tab)
             # Screenshots show the page as a reader first sees it: solutions still folded.
             if self.screenshots is not None:
                 self._screenshot(tab, page, "desktop")
@@ -435,6 +472,15 @@ class BookChecker:
         tab.on("response", lambda resp: failed.append(f"{resp.url} (HTTP {resp.status})")
                if resp.status >= 400 and resp.url.startswith(self.origin) else None)
         return tab
+
+    def _axe_problems(self, tab: Page) -> list[str]:
+        """axe-core's serious and critical accessibility violations on the open page."""
+        tab.evaluate(self._axe)
+        with_code = not self._code_contrast_checked and tab.locator(".highlight").count() > 0
+        violations = tab.evaluate(_AXE_RUN_JS, with_code)
+        self._code_contrast_checked |= with_code
+        return [f"axe-core {v['impact']}: {v['id']} ({v['help']}), {v['count']} element(s), first `{v['target']}`"
+                for v in violations if v["impact"] in AXE_FAILING_IMPACTS]
 
     def _judge_math(self, data: dict, problems: list[str]) -> None:
         for tex in data["unrendered"]:
@@ -490,6 +536,8 @@ class BookChecker:
                 problems.append(f"at {DESKTOP['width']} px {len(narrow)} code box(es) show fewer than the {columns} "
                                 f"columns the code is written to (narrowest: {min(b['columns'] for b in narrow)}, "
                                 f"`{narrow[0]['where']}`)")
+        for where in data["wideOutputs"]:
+            problems.append(f"at {DESKTOP['width']} px a text output is wider than its box: `{where}`")
         for box in data["codeBoxes"]:
             if box["scrolls"] and box["longest"] <= box["columns"]:
                 problems.append(f"code box scrolls sideways though its longest line ({box['longest']} columns) "

@@ -3,7 +3,8 @@
 A clean page must pass, and each broken page must fail with a message naming the page and the fault:
 broken math delimiters, a wrong image path, dead internal links, a wrong Colab path, a widget with no
 static figure, a solution that is not folded, a request that needs the network, build tooling in a cell's code,
-a code box narrower than the code's line length, and an equation or figure cut off at phone width.
+a code box narrower than the code's line length, an equation or figure cut off at phone width, and what
+axe-core finds serious or critical for accessibility.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ LAUNCH = """<div class="dropdown-launch-buttons">
 <ul style="display: none"><li><a href="COLAB/{notebook}" title="Launch on Colab">Colab</a></li></ul></div>"""
 
 HEAD = """<!DOCTYPE html>
-<html><head><meta charset="utf-8"><title>{title}</title>
+<html lang="en"><head><meta charset="utf-8"><title>{title}</title>
 <link rel="stylesheet" href="_static/togglebutton.css">
 <script>let toggleHintShow = 'Click to show'; let toggleHintHide = 'Click to hide';
 let toggleOpenOnPrint = 'true'; var togglebuttonSelector = '.toggle, .admonition.dropdown';</script>
@@ -71,6 +72,8 @@ except ImportError:
     glue = None</pre></div></div></div>""",
     "narrow_code.html": """<div class="cell"><div class="cell_input"><div class="highlight">
 <pre style="width: 300px; overflow-x: auto">y = 2</pre></div></div></div>""",
+    "wide_output.html": """<div class="cell"><div class="cell_output"><pre style="width: 300px; overflow-x: auto">
+step  loss  accuracy  tokens/s  seconds  learning rate  gradient norm  skipped  memory</pre></div></div>""",
     "clipped_math.html": r'<div class="math notranslate nohighlight" style="overflow: hidden">\[LONG_SUM\]</div>',
     "wide_figure.html": '<img src="_images/figure.png" alt="a figure drawn wider than a phone" style="width: 600px">',
     "other.html": '<section id="sec"><h2>Section</h2><p>Text.</p></section>',
@@ -82,6 +85,8 @@ except ImportError:
     "widget.html": """<div class="cell"><div class="cell_output">
 <script type="application/vnd.jupyter.widget-view+json">{"model_id": "abc"}</script></div></div>
 <p>Nothing static follows.</p>""",
+    # A button with no name (critical for axe-core) and grey text on white (serious: too little contrast).
+    "inaccessible.html": '<button></button><p style="color: #bbb">Hard to read.</p>',
     "open_solution.html": '<details open><summary>Solution</summary><p>Shown before any click.</p></details>',
     "needs_network.html": "<p>MathJax from a CDN: <span class=\"math\">\\(x\\)</span></p>",
 }
@@ -135,6 +140,14 @@ def test_clean_pages_pass(reports):
     for page in ("good.html", "other.html"):
         assert not reports[page].problems, format_problems(reports[page])
     assert reports["good.html"].checks >= 15
+
+
+def test_text_output_wider_than_its_box_is_caught(reports):
+    _assert_caught(reports["wide_output.html"], "wide_output.html: at 1280 px a text output is wider than its box: `step")
+
+
+def test_accessibility_violations_are_caught(reports):
+    _assert_caught(reports["inaccessible.html"], "axe-core critical: button-name", "axe-core serious: color-contrast")
 
 
 def test_broken_math_delimiters_are_caught(reports):
@@ -191,7 +204,7 @@ def test_figure_wider_than_a_phone_is_caught(reports):
 def test_the_line_length_comes_from_ruff(tmp_path):
     from bookcheck import ruff_line_length
 
-    assert ruff_line_length(REPO_ROOT / "pyproject.toml") == 110
+    assert ruff_line_length(REPO_ROOT / "pyproject.toml") == 116
     assert ruff_line_length(tmp_path / "pyproject.toml") is None
 
 
@@ -199,7 +212,7 @@ def test_colab_links_come_from_the_config(tmp_path):
     """The expected launch link is built from _config.yml's repository and the notebook's path."""
     config = yaml.safe_load((REPO_ROOT / "_config.yml").read_text(encoding="utf-8"))
     assert config["repository"]["url"] == "https://github.com/transformer-book/transformer-book"
-    assert config["repository"]["branch"] == "main"
+    assert config["repository"]["branch"] == "colab"
     (tmp_path / "_config.yml").write_text(yaml.safe_dump(config), encoding="utf-8")
     (tmp_path / "chapters").mkdir()
     (tmp_path / "chapters" / "01_rnn_limits.ipynb").write_text("{}", encoding="utf-8")
@@ -209,7 +222,7 @@ def test_colab_links_come_from_the_config(tmp_path):
     site = site_from_book(build, tmp_path / "_config.yml")
     assert site.colab == {
         "chapters/01_rnn_limits.html": "https://colab.research.google.com/github/transformer-book/"
-        "transformer-book/blob/main/chapters/01_rnn_limits.ipynb"
+        "transformer-book/blob/colab/chapters/01_rnn_limits.ipynb"
     }
     (tmp_path / "chapters" / "01_rnn_limits.ipynb").unlink()
     with pytest.raises(FileNotFoundError, match="chapters/01_rnn_limits.ipynb"):
