@@ -4,7 +4,7 @@
 # %% auto #0
 __all__ = ['LAYER_NORM', 'RMS_NORM', 'ENCODER', 'RESIDUAL', 'LAYER_NORM_MISTAKES', 'RMS_MISTAKES', 'ENCODER_MISTAKES', 'norm_variant', 'check_layer_norm', 'check_rms_norm', 'copy_state', 'encoder_variant', 'check_encoder_layer']
 
-# %% ../../chapters/13_check_your_code.ipynb #62f1af32
+# %% ../../chapters/13_check_your_code.ipynb #ff54b90e
 
 from collections.abc import Callable
 from typing import Any
@@ -13,7 +13,7 @@ import torch
 from torch import Tensor, nn
 
 from .check_attention_parts import FLOAT_TOLERANCE
-from .checking import Case, CheckResult, Mistake, random_tensor, report, run_check
+from .checking import Case, CheckResult, Mistake, keeps_rng, random_tensor, report, run_check
 from .layers import RMSNorm
 from .model import LAYER_NORM_EPS, EncoderLayer, layer_norm
 
@@ -22,10 +22,16 @@ RMS_NORM = 'chapter 11, "RMSNorm"'
 ENCODER = 'chapter 6, "The encoder layer, post-norm and pre-norm"'
 RESIDUAL = 'chapter 6, "Residual connections"'
 
-# %% ../../chapters/13_check_your_code.ipynb #ec994924
+# %% ../../chapters/13_check_your_code.ipynb #1dfb54f0
 def norm_variant(
-    inputs: tuple, kind: str = "layer", unbiased: bool = False, eps_inside: bool = True, eps: bool = True,
-    dim: int = -1, affine: bool = True, mean_of_squares: bool = True,
+    inputs: tuple,
+    kind: str = "layer",
+    unbiased: bool = False,
+    eps_inside: bool = True,
+    eps: bool = True,
+    dim: int = -1,
+    affine: bool = True,
+    mean_of_squares: bool = True,
 ) -> Tensor:
     """LayerNorm (kind="layer") or RMSNorm (kind="rms") with one thing changed (the defaults give the book's)."""
     x, weight, bias, epsilon = inputs
@@ -35,7 +41,9 @@ def norm_variant(
         spread = x.var(dim=dim, keepdim=True, unbiased=unbiased)  # sigma^2
     else:
         squares = x.pow(2)
-        spread = squares.mean(dim=dim, keepdim=True) if mean_of_squares else squares.sum(dim=dim, keepdim=True)
+        spread = (
+            squares.mean(dim=dim, keepdim=True) if mean_of_squares else squares.sum(dim=dim, keepdim=True)
+        )
     scale = torch.rsqrt(spread + epsilon) if eps_inside else 1 / (spread.sqrt() + epsilon)
     y = centred * scale
     if not affine:
@@ -48,17 +56,36 @@ def _norm(**changes: Any) -> Callable[[tuple], Tensor]:
 
 
 LAYER_NORM_MISTAKES = [
-    Mistake("the variance is the unbiased one (divided by D - 1)", "LayerNorm divides by D: x.var(dim=-1, "
-            "unbiased=False).", LAYER_NORM, _norm(unbiased=True)),
-    Mistake("eps is added outside the square root", "Divide by sqrt(var + eps), not sqrt(var) + eps.",
-            LAYER_NORM, _norm(eps_inside=False)),
-    Mistake("eps is left out", "Add eps to the variance before the square root: rows with a tiny variance need "
-            "it.", LAYER_NORM, _norm(eps=False)),
-    Mistake("the statistics are taken over the batch (dim=0) instead of the features", "Each position is "
-            "normalised over its own D features: mean and var over dim=-1.",
-            'chapter 6, "Why not BatchNorm: padded batches"', _norm(dim=0)),
-    Mistake("gamma (weight) and beta (bias) are not applied", "Return weight * normalised + bias.", LAYER_NORM,
-            _norm(affine=False)),
+    Mistake(
+        "the variance is the unbiased one (divided by D - 1)",
+        "LayerNorm divides by D: x.var(dim=-1, unbiased=False).",
+        LAYER_NORM,
+        _norm(unbiased=True),
+    ),
+    Mistake(
+        "eps is added outside the square root",
+        "Divide by sqrt(var + eps), not sqrt(var) + eps.",
+        LAYER_NORM,
+        _norm(eps_inside=False),
+    ),
+    Mistake(
+        "eps is left out",
+        "Add eps to the variance before the square root: rows with a tiny variance need it.",
+        LAYER_NORM,
+        _norm(eps=False),
+    ),
+    Mistake(
+        "the statistics are taken over the batch (dim=0) instead of the features",
+        "Each position is normalised over its own D features: mean and var over dim=-1.",
+        'chapter 6, "Why not BatchNorm: padded batches"',
+        _norm(dim=0),
+    ),
+    Mistake(
+        "gamma (weight) and beta (bias) are not applied",
+        "Return weight * normalised + bias.",
+        LAYER_NORM,
+        _norm(affine=False),
+    ),
 ]
 
 
@@ -66,12 +93,17 @@ def _norm_cases(seed: int, with_bias: bool) -> list[tuple[str, tuple]]:
     weight, bias = random_tensor(seed, 16) + 1.0, random_tensor(seed + 1, 16) if with_bias else None
     x = random_tensor(seed + 2, 2, 3, 16, scale=2.0) + 1.0
     tiny = random_tensor(seed + 3, 2, 3, 16, scale=3e-3)
-    return [("x (B, T, D) = (2, 3, 16), random gamma" + (" and beta" if with_bias else ""),
-             (x, weight, bias, LAYER_NORM_EPS)),
-            ("rows with a tiny variance, where eps matters", (tiny, weight, bias, LAYER_NORM_EPS)),
-            ("eps = 0.1", (tiny, weight, bias, 0.1))]
+    return [
+        (
+            "x (B, T, D) = (2, 3, 16), random gamma" + (" and beta" if with_bias else ""),
+            (x, weight, bias, LAYER_NORM_EPS),
+        ),
+        ("rows with a tiny variance, where eps matters", (tiny, weight, bias, LAYER_NORM_EPS)),
+        ("eps = 0.1", (tiny, weight, bias, 0.1)),
+    ]
 
 
+@keeps_rng
 def check_layer_norm(norm: Callable, verbose: bool = True) -> CheckResult:
     """Check a reader's layer normalisation against chapter 6's layer_norm.
 
@@ -79,35 +111,60 @@ def check_layer_norm(norm: Callable, verbose: bool = True) -> CheckResult:
     gamma * (x - mean) / sqrt(var + eps) + beta, with the mean and the biased variance over the last dimension.
     """
     cases = [Case(label, x, layer_norm(*x)) for label, x in _norm_cases(40, True)]
-    result = run_check("check_layer_norm: layer normalisation (chapter 6)", lambda x: norm(*x), cases,
-                       LAYER_NORM_MISTAKES, FLOAT_TOLERANCE)
+    result = run_check(
+        "check_layer_norm: layer normalisation (chapter 6)",
+        lambda x: norm(*x),
+        cases,
+        LAYER_NORM_MISTAKES,
+        FLOAT_TOLERANCE,
+    )
     return report(result, verbose)
 
-# %% ../../chapters/13_check_your_code.ipynb #a6a0a717
+# %% ../../chapters/13_check_your_code.ipynb #2c378e06
 RMS_MISTAKES = [
-    Mistake("the mean is subtracted first (that is LayerNorm)", "RMSNorm only divides by sqrt(mean(x^2) + eps); "
-            "it does not centre.", RMS_NORM, lambda x: norm_variant(x, kind="layer")),
-    Mistake("eps is added outside the square root", "Divide by sqrt(mean(x^2) + eps).", RMS_NORM,
-            _norm(kind="rms", eps_inside=False)),
-    Mistake("the squares are summed instead of averaged", "Take x.pow(2).mean(dim=-1, keepdim=True).", RMS_NORM,
-            _norm(kind="rms", mean_of_squares=False)),
-    Mistake("the weight gamma is not applied", "Return weight * x / rms(x).", RMS_NORM,
-            _norm(kind="rms", affine=False)),
+    Mistake(
+        "the mean is subtracted first (that is LayerNorm)",
+        "RMSNorm only divides by sqrt(mean(x^2) + eps); it does not centre.",
+        RMS_NORM,
+        lambda x: norm_variant(x, kind="layer"),
+    ),
+    Mistake(
+        "eps is added outside the square root",
+        "Divide by sqrt(mean(x^2) + eps).",
+        RMS_NORM,
+        _norm(kind="rms", eps_inside=False),
+    ),
+    Mistake(
+        "the squares are summed instead of averaged",
+        "Take x.pow(2).mean(dim=-1, keepdim=True).",
+        RMS_NORM,
+        _norm(kind="rms", mean_of_squares=False),
+    ),
+    Mistake(
+        "the weight gamma is not applied",
+        "Return weight * x / rms(x).",
+        RMS_NORM,
+        _norm(kind="rms", affine=False),
+    ),
 ]
 
 
+@keeps_rng
 def check_rms_norm(norm_class: Callable, verbose: bool = True) -> CheckResult:
     """Check a reader's RMSNorm against chapter 11's RMSNorm.
 
     norm_class(d_model, eps=1e-5) builds a module with a parameter `weight` (gamma, shape (D,)), into which the
     check copies a random gamma; module(x): x (..., D) -> (..., D), gamma * x / sqrt(mean(x^2) + eps).
     """
+
     def run(inputs: tuple) -> Any:
         x, weight, _, eps = inputs
         layer = norm_class(x.size(-1), eps=eps)
         if not isinstance(getattr(layer, "weight", None), torch.Tensor):
             layer(x)  # a stub raises NotImplementedError here
-            raise ValueError("your module needs a parameter `weight` of shape (d_model,), gamma, as in chapter 11")
+            raise TypeError(
+                "your module needs a parameter `weight` of shape (d_model,), gamma, as in chapter 11"
+            )
         with torch.no_grad():
             layer.weight.copy_(weight)
         return layer(x)
@@ -123,7 +180,7 @@ def check_rms_norm(norm_class: Callable, verbose: bool = True) -> CheckResult:
     result = run_check("check_rms_norm: RMSNorm (chapter 11)", run, cases, RMS_MISTAKES, FLOAT_TOLERANCE)
     return report(result, verbose)
 
-# %% ../../chapters/13_check_your_code.ipynb #75324b37
+# %% ../../chapters/13_check_your_code.ipynb #6aedafcd
 def _reference_encoder_layer(norm_first: bool) -> EncoderLayer:
     """Chapter 6's layer, (D, H, d_ff) = (16, 2, 32), without dropout, weights from the check's own generator."""
     layer = EncoderLayer(16, 2, 32, dropout=0.0, norm_first=norm_first).eval()
@@ -146,12 +203,18 @@ def copy_state(source: nn.Module, target: Any, call_first: Callable[[], Any]) ->
 
 
 def encoder_variant(
-    inputs: tuple, arrangement: str = "as asked", attention_residual: bool = True, ff_residual: bool = True,
-    norm_the_sum: bool = True, use_mask: bool = True,
+    inputs: tuple,
+    arrangement: str = "as asked",
+    attention_residual: bool = True,
+    ff_residual: bool = True,
+    norm_the_sum: bool = True,
+    use_mask: bool = True,
 ) -> Tensor:
     """Chapter 6's encoder layer, with its weights, and one thing changed (the defaults give the book's result)."""
     layer, x, mask = inputs
-    pre = {"as asked": layer.norm_first, "post": False, "pre": True, "swapped": not layer.norm_first}[arrangement]
+    pre = {"as asked": layer.norm_first, "post": False, "pre": True, "swapped": not layer.norm_first}[
+        arrangement
+    ]
     mask = mask if use_mask else None
 
     def attend(h: Tensor) -> Tensor:
@@ -173,23 +236,52 @@ def _encoder(**changes: Any) -> Callable[[tuple], Tensor]:
 
 
 ENCODER_MISTAKES = [
-    Mistake("norm_first is ignored: the layer is always post-norm", "norm_first=True must give x + "
-            "Sublayer(LayerNorm(x)).", ENCODER, _encoder(arrangement="post")),
-    Mistake("norm_first is ignored: the layer is always pre-norm", "norm_first=False (the paper) must give "
-            "LayerNorm(x + Sublayer(x)).", ENCODER, _encoder(arrangement="pre")),
-    Mistake("post-norm and pre-norm are swapped", "norm_first=True is pre-norm: the norm comes first, inside the "
-            "residual branch.", ENCODER, _encoder(arrangement="swapped")),
-    Mistake("the residual connection around self-attention is missing", "Add the sublayer's input back: x + "
-            "Sublayer(...).", RESIDUAL, _encoder(attention_residual=False)),
-    Mistake("the residual connection around the feed-forward network is missing", "Add the sublayer's input "
-            "back: x + FeedForward(...).", RESIDUAL, _encoder(ff_residual=False)),
-    Mistake("post-norm normalises the sublayer's output instead of the sum", "Post-norm is LayerNorm(x + "
-            "Sublayer(x)), not x + LayerNorm(Sublayer(x)).", ENCODER, _encoder(norm_the_sum=False)),
-    Mistake("the padding mask is not passed to self-attention", "Call self_attn(x, x, x, src_mask).",
-            'chapter 5, "The padding mask"', _encoder(use_mask=False)),
+    Mistake(
+        "norm_first is ignored: the layer is always post-norm",
+        "norm_first=True must give x + Sublayer(LayerNorm(x)).",
+        ENCODER,
+        _encoder(arrangement="post"),
+    ),
+    Mistake(
+        "norm_first is ignored: the layer is always pre-norm",
+        "norm_first=False (the paper) must give LayerNorm(x + Sublayer(x)).",
+        ENCODER,
+        _encoder(arrangement="pre"),
+    ),
+    Mistake(
+        "post-norm and pre-norm are swapped",
+        "norm_first=True is pre-norm: the norm comes first, inside the residual branch.",
+        ENCODER,
+        _encoder(arrangement="swapped"),
+    ),
+    Mistake(
+        "the residual connection around self-attention is missing",
+        "Add the sublayer's input back: x + Sublayer(...).",
+        RESIDUAL,
+        _encoder(attention_residual=False),
+    ),
+    Mistake(
+        "the residual connection around the feed-forward network is missing",
+        "Add the sublayer's input back: x + FeedForward(...).",
+        RESIDUAL,
+        _encoder(ff_residual=False),
+    ),
+    Mistake(
+        "post-norm normalises the sublayer's output instead of the sum",
+        "Post-norm is LayerNorm(x + Sublayer(x)), not x + LayerNorm(Sublayer(x)).",
+        ENCODER,
+        _encoder(norm_the_sum=False),
+    ),
+    Mistake(
+        "the padding mask is not passed to self-attention",
+        "Call self_attn(x, x, x, src_mask).",
+        'chapter 5, "The padding mask"',
+        _encoder(use_mask=False),
+    ),
 ]
 
 
+@keeps_rng
 def check_encoder_layer(layer_class: Callable, verbose: bool = True) -> CheckResult:
     """Check a reader's encoder layer against chapter 6's EncoderLayer, post-norm and pre-norm.
 
@@ -201,9 +293,11 @@ def check_encoder_layer(layer_class: Callable, verbose: bool = True) -> CheckRes
     x = random_tensor(60, 2, 5, 16)
     mask = torch.tensor([[True] * 5, [True] * 3 + [False] * 2])[:, None, None, :]  # (B, 1, 1, T)
     layers = {False: _reference_encoder_layer(False), True: _reference_encoder_layer(True)}
-    inputs = {"post-norm (norm_first=False), (B, T, D) = (2, 5, 16), padding mask": (layers[False], x, mask),
-              "pre-norm (norm_first=True), padding mask": (layers[True], x, mask),
-              "pre-norm, no mask": (layers[True], x, None)}
+    inputs = {
+        "post-norm (norm_first=False), (B, T, D) = (2, 5, 16), padding mask": (layers[False], x, mask),
+        "pre-norm (norm_first=True), padding mask": (layers[True], x, mask),
+        "pre-norm, no mask": (layers[True], x, None),
+    }
     with torch.no_grad():
         cases = [Case(label, i, i[0](i[1], i[2])) for label, i in inputs.items()]
 
@@ -214,6 +308,7 @@ def check_encoder_layer(layer_class: Callable, verbose: bool = True) -> CheckRes
         layer.eval()
         return layer(x) if mask is None else layer(x, mask)
 
-    result = run_check("check_encoder_layer: the encoder layer (chapter 6)", run, cases, ENCODER_MISTAKES,
-                       FLOAT_TOLERANCE)
+    result = run_check(
+        "check_encoder_layer: the encoder layer (chapter 6)", run, cases, ENCODER_MISTAKES, FLOAT_TOLERANCE
+    )
     return report(result, verbose)

@@ -4,7 +4,7 @@
 # %% auto #0
 __all__ = ['SMOOTHING', 'LOSS', 'SCHEDULE', 'LOSS_TOLERANCE', 'SMOOTHING_MISTAKES', 'SCHEDULE_MISTAKES', 'smoothing_variant', 'check_label_smoothing', 'schedule_variant', 'check_warmup_schedule']
 
-# %% ../../chapters/13_check_your_code.ipynb #6999da83
+# %% ../../chapters/13_check_your_code.ipynb #4ba933a6
 
 from collections.abc import Callable
 from typing import Any
@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .checking import Case, CheckResult, Mistake, random_tensor, report, run_check
+from .checking import Case, CheckResult, Mistake, keeps_rng, random_tensor, report, run_check
 from .training import LabelSmoothingLoss, noam_rate
 
 SMOOTHING = 'chapter 7, "Label smoothing: the target distribution"'
@@ -21,9 +21,13 @@ LOSS = 'chapter 7, "The loss: cross-entropy against q, or a KL divergence"'
 SCHEDULE = 'chapter 7, "The learning-rate schedule"'
 LOSS_TOLERANCE = 1e-5
 
-# %% ../../chapters/13_check_your_code.ipynb #b5ecc05c
+# %% ../../chapters/13_check_your_code.ipynb #59032032
 def smoothing_variant(
-    inputs: tuple, spread: str = "K", skip_padding: bool = True, denominator: str = "kept", kl: bool = False,
+    inputs: tuple,
+    spread: str = "K",
+    skip_padding: bool = True,
+    denominator: str = "kept",
+    kl: bool = False,
 ) -> Tensor:
     """The label-smoothed cross-entropy with one thing changed (the defaults give the book's result)."""
     logits, target, eps, pad = inputs
@@ -38,7 +42,9 @@ def smoothing_variant(
         q = F.one_hot(target, num_classes).double()
     per_token = -(q * log_p).sum(dim=-1)  # H(q, p) for each position
     if kl:
-        per_token = per_token + (q * q.clamp_min(1e-30).log()).sum(dim=-1)  # minus the entropy of q: KL(q || p)
+        per_token = per_token + (q * q.clamp_min(1e-30).log()).sum(
+            dim=-1
+        )  # minus the entropy of q: KL(q || p)
     keep = target != pad if skip_padding else torch.ones_like(target, dtype=torch.bool)
     total = per_token[keep].sum()
     return {"kept": total / keep.sum(), "all": total / len(target), "sum": total}[denominator].float()
@@ -49,25 +55,52 @@ def _smoothing(**changes: Any) -> Callable[[tuple], Tensor]:
 
 
 SMOOTHING_MISTAKES = [
-    Mistake("epsilon is spread over the K - 1 wrong classes (the 'others' convention)", "The book's loss, like "
-            "PyTorch's, gives epsilon / K to every class, the correct one included.", SMOOTHING,
-            _smoothing(spread="K-1")),
-    Mistake("the padding class gets no smoothing mass (epsilon / (K - 2) elsewhere)", "Every one of the K classes "
-            "gets epsilon / K; only padding positions are left out of the mean.", SMOOTHING,
-            _smoothing(spread="K-2 (no padding class)")),
-    Mistake("no smoothing: plain cross-entropy", "Mix the one-hot target with epsilon / K on every class.",
-            SMOOTHING, _smoothing(spread="none")),
-    Mistake("padding positions are counted in the loss", "Leave out the positions whose target is ignore_index "
-            "(padding).", LOSS, _smoothing(skip_padding=False)),
-    Mistake("the sum is divided by all positions, padding included", "Divide by the number of non-padding "
-            "positions.", LOSS, _smoothing(denominator="all")),
-    Mistake("the loss is summed, not averaged", "Return the mean over the non-padding positions.", LOSS,
-            _smoothing(denominator="sum")),
-    Mistake("the loss is the KL divergence, not the cross-entropy", "They differ by the entropy of q, a "
-            "constant: the book's loss is H(q, p), as PyTorch's.", LOSS, _smoothing(kl=True)),
+    Mistake(
+        "epsilon is spread over the K - 1 wrong classes (the 'others' convention)",
+        "The book's loss, like PyTorch's, gives epsilon / K to every class, the correct one included.",
+        SMOOTHING,
+        _smoothing(spread="K-1"),
+    ),
+    Mistake(
+        "the padding class gets no smoothing mass (epsilon / (K - 2) elsewhere)",
+        "Every one of the K classes gets epsilon / K; only padding positions are left out of the mean.",
+        SMOOTHING,
+        _smoothing(spread="K-2 (no padding class)"),
+    ),
+    Mistake(
+        "no smoothing: plain cross-entropy",
+        "Mix the one-hot target with epsilon / K on every class.",
+        SMOOTHING,
+        _smoothing(spread="none"),
+    ),
+    Mistake(
+        "padding positions are counted in the loss",
+        "Leave out the positions whose target is ignore_index (padding).",
+        LOSS,
+        _smoothing(skip_padding=False),
+    ),
+    Mistake(
+        "the sum is divided by all positions, padding included",
+        "Divide by the number of non-padding positions.",
+        LOSS,
+        _smoothing(denominator="all"),
+    ),
+    Mistake(
+        "the loss is summed, not averaged",
+        "Return the mean over the non-padding positions.",
+        LOSS,
+        _smoothing(denominator="sum"),
+    ),
+    Mistake(
+        "the loss is the KL divergence, not the cross-entropy",
+        "They differ by the entropy of q, a constant: the book's loss is H(q, p), as PyTorch's.",
+        LOSS,
+        _smoothing(kl=True),
+    ),
 ]
 
 
+@keeps_rng
 def check_label_smoothing(loss_class: Callable, verbose: bool = True) -> CheckResult:
     """Check a reader's label-smoothing loss against chapter 7's LabelSmoothingLoss (its default convention).
 
@@ -76,19 +109,26 @@ def check_label_smoothing(loss_class: Callable, verbose: bool = True) -> CheckRe
     cross-entropy against q = (1 - smoothing) one_hot(y) + smoothing / V.
     """
     logits, target = random_tensor(70, 8, 6, scale=2.0), torch.tensor([1, 2, 0, 5, 3, 0, 4, 4])
-    inputs = {"logits (N, V) = (8, 6), smoothing 0.1, pad id 0": (logits, target, 0.1, 0),
-              "smoothing 0.3, pad id 4": (logits, target, 0.3, 4)}
+    inputs = {
+        "logits (N, V) = (8, 6), smoothing 0.1, pad id 0": (logits, target, 0.1, 0),
+        "smoothing 0.3, pad id 4": (logits, target, 0.3, 4),
+    }
     cases = [Case(label, x, LabelSmoothingLoss(x[2], x[3])(x[0], x[1])) for label, x in inputs.items()]
 
     def run(inputs: tuple) -> Any:
         logits, target, eps, pad = inputs
         return loss_class(eps, pad)(logits, target)
 
-    result = run_check("check_label_smoothing: the label-smoothing loss (chapter 7)", run, cases,
-                       SMOOTHING_MISTAKES, LOSS_TOLERANCE)
+    result = run_check(
+        "check_label_smoothing: the label-smoothing loss (chapter 7)",
+        run,
+        cases,
+        SMOOTHING_MISTAKES,
+        LOSS_TOLERANCE,
+    )
     return report(result, verbose)
 
-# %% ../../chapters/13_check_your_code.ipynb #421726d7
+# %% ../../chapters/13_check_your_code.ipynb #67803ea2
 def schedule_variant(step: int, d_model: int, warmup: int, change: str = "") -> float:
     """The paper's rate with one thing changed (change="" gives the book's noam_rate)."""
     if change == "next step":
@@ -113,29 +153,61 @@ def _schedule(change: str) -> Callable[[tuple], Tensor]:
 
 
 SCHEDULE_MISTAKES = [
-    Mistake("the schedule is one step ahead (step + 1: a 0-based counter read as 1-based)", "The first optimizer "
-            "step is step 1; PyTorch's LambdaLR counts from 0, so pass step + 1 there, not here.", SCHEDULE,
-            _schedule("next step")),
-    Mistake("the schedule is one step behind (step - 1)", "Use the step number itself, counted from 1.",
-            SCHEDULE, _schedule("previous step")),
-    Mistake("max instead of min", "The rate is the smaller of the rising line and the falling curve.", SCHEDULE,
-            _schedule("max")),
-    Mistake("the rising line uses warmup_steps^-0.5 instead of warmup_steps^-1.5", "step * warmup_steps^-1.5 "
-            "meets step^-0.5 exactly at step = warmup_steps.", SCHEDULE, _schedule("warmup^-0.5")),
-    Mistake("the factor d_model^-0.5 is missing", "Multiply by d_model ** -0.5.", SCHEDULE, _schedule("no d_model")),
+    Mistake(
+        "the schedule is one step ahead (step + 1: a 0-based counter read as 1-based)",
+        "The first optimizer "
+        "step is step 1; PyTorch's LambdaLR counts from 0, so pass step + 1 there, not here.",
+        SCHEDULE,
+        _schedule("next step"),
+    ),
+    Mistake(
+        "the schedule is one step behind (step - 1)",
+        "Use the step number itself, counted from 1.",
+        SCHEDULE,
+        _schedule("previous step"),
+    ),
+    Mistake(
+        "max instead of min",
+        "The rate is the smaller of the rising line and the falling curve.",
+        SCHEDULE,
+        _schedule("max"),
+    ),
+    Mistake(
+        "the rising line uses warmup_steps^-0.5 instead of warmup_steps^-1.5",
+        "step * warmup_steps^-1.5 meets step^-0.5 exactly at step = warmup_steps.",
+        SCHEDULE,
+        _schedule("warmup^-0.5"),
+    ),
+    Mistake(
+        "the factor d_model^-0.5 is missing",
+        "Multiply by d_model ** -0.5.",
+        SCHEDULE,
+        _schedule("no d_model"),
+    ),
 ]
 
 
+@keeps_rng
 def check_warmup_schedule(rate: Callable, verbose: bool = True) -> CheckResult:
     """Check a reader's learning-rate schedule against chapter 7's noam_rate.
 
     rate(step, d_model, warmup_steps) -> float: d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5), for
     optimizer steps counted from 1.
     """
-    inputs = {"d_model 512, warm-up 4000, steps 1, 2, 100, 3999, 4000, 4001, 100000": (512, 4000, (1, 2, 100, 3999,
-                                                                                                     4000, 4001, 100000)),
-              "d_model 64, warm-up 10, steps 1 .. 30": (64, 10, tuple(range(1, 31)))}
+    inputs = {
+        "d_model 512, warm-up 4000, steps 1, 2, 100, 3999, 4000, 4001, 100000": (
+            512,
+            4000,
+            (1, 2, 100, 3999, 4000, 4001, 100000),
+        ),
+        "d_model 64, warm-up 10, steps 1 .. 30": (64, 10, tuple(range(1, 31))),
+    }
     cases = [Case(label, x, _rates(noam_rate, x)) for label, x in inputs.items()]
-    result = run_check("check_warmup_schedule: the warm-up schedule (chapter 7)", lambda x: _rates(rate, x), cases,
-                       SCHEDULE_MISTAKES, 1e-7)
+    result = run_check(
+        "check_warmup_schedule: the warm-up schedule (chapter 7)",
+        lambda x: _rates(rate, x),
+        cases,
+        SCHEDULE_MISTAKES,
+        1e-7,
+    )
     return report(result, verbose)

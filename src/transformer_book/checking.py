@@ -4,10 +4,11 @@
 
 # %% auto #0
 __all__ = ['NOT_WRITTEN', 'MATCH_TOLERANCE', 'Case', 'Mistake', 'CheckResult', 'random_tensor', 'call_safely', 'describe',
-           'compare', 'same', 'diagnose', 'run_check', 'report']
+           'compare', 'same', 'diagnose', 'run_check', 'keeps_rng', 'report']
 
 # %% ../../chapters/13_check_your_code.ipynb #86f32fd0
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -104,7 +105,11 @@ def _bucket(difference: float, tolerance: float) -> str:
     """A difference as the report prints it: under the tolerance, or to one significant digit (never more)."""
     if difference <= tolerance:
         return f"max |difference| < {tolerance:.0e}" if tolerance > 0 else "identical"
-    return f"max |difference| ≈ {difference:.0e}" if math.isfinite(difference) else "max |difference| is infinite"
+    return (
+        f"max |difference| ≈ {difference:.0e}"
+        if math.isfinite(difference)
+        else "max |difference| is infinite"
+    )
 
 
 def _compare_tensor(actual: Any, expected: Tensor, tolerance: float) -> tuple[bool, str]:
@@ -123,7 +128,9 @@ def _compare_tensor(actual: Any, expected: Tensor, tolerance: float) -> tuple[bo
         return False, f"dtype {actual.dtype}, expected a floating-point tensor"
     if torch.isnan(actual).any():
         return False, "NaN in the output"
-    difference = float((actual.detach().double() - expected.detach().double()).abs().max()) if actual.numel() else 0.0
+    difference = (
+        float((actual.detach().double() - expected.detach().double()).abs().max()) if actual.numel() else 0.0
+    )
     return difference <= tolerance, _bucket(difference, tolerance)
 
 
@@ -136,7 +143,9 @@ def compare(actual: Any, expected: Any, tolerance: float) -> tuple[bool, str]:
         failed = [(i, words) for i, (ok, words) in enumerate(results) if not ok]
         if failed:
             return False, "; ".join(f"item {i}: {words}" for i, words in failed)
-        return True, results[0][1] if len({words for _, words in results}) == 1 else "; ".join(w for _, w in results)
+        return True, results[0][1] if len({words for _, words in results}) == 1 else "; ".join(
+            w for _, w in results
+        )
     if isinstance(expected, Tensor):
         return _compare_tensor(actual, expected, tolerance)
     number = _as_number(actual)
@@ -161,7 +170,9 @@ def same(actual: Any, wrong: Any, tolerance: float = MATCH_TOLERANCE) -> bool:
             return actual.dtype == wrong.dtype and torch.equal(actual, wrong)
         actual, wrong = actual.detach().double(), wrong.detach().double()
         finite = wrong[torch.isfinite(wrong)]
-        scale = float(finite.abs().max()) if finite.numel() else 1.0  # absolute tolerance relative to the values
+        scale = (
+            float(finite.abs().max()) if finite.numel() else 1.0
+        )  # absolute tolerance relative to the values
         return torch.allclose(actual, wrong, rtol=tolerance, atol=tolerance * scale, equal_nan=True)
     a, w = _as_number(actual), _as_number(wrong)
     if a is None or w is None:
@@ -198,14 +209,20 @@ def diagnose(
 
 
 def run_check(
-    title: str, run: Callable[[Any], Any], cases: Sequence[Case], mistakes: Sequence[Mistake], tolerance: float
+    title: str,
+    run: Callable[[Any], Any],
+    cases: Sequence[Case],
+    mistakes: Sequence[Mistake],
+    tolerance: float,
 ) -> CheckResult:
     """Run the reader's code (through `run`, which takes a case's inputs) on every case, compare, diagnose, report."""
     lines, outputs, passed = [title], [], []
     for case in cases:
         output, error = call_safely(run, case.inputs)
         if error == NOT_WRITTEN:
-            lines.append("  not written yet: your code raises NotImplementedError. Write it, then run the check again.")
+            lines.append(
+                "  not written yet: your code raises NotImplementedError. Write it, then run the check again."
+            )
             return CheckResult(title, False, lines)
         ok, words = (False, error) if error is not None else compare(output, case.expected, tolerance)
         outputs.append(_FAILED if error is not None else output)
@@ -217,11 +234,29 @@ def run_check(
         return CheckResult(title, True, lines)
     found = diagnose(mistakes, cases, outputs, passed)
     for mistake in found:
-        lines += [f"  likely mistake: {mistake.name}.", f"    fix: {mistake.fix}", f"    re-read: {mistake.section}"]
+        lines += [
+            f"  likely mistake: {mistake.name}.",
+            f"    fix: {mistake.fix}",
+            f"    re-read: {mistake.section}",
+        ]
     if not found and any(output is not _FAILED for output in outputs):
-        lines.append("  no mistake the check knows matches these outputs: compare yours with the book's on a failing case.")
+        lines.append(
+            "  no mistake the check knows matches these outputs: compare yours with the book's on a failing case."
+        )
     lines.append(f"  FAILED: {failed} of {len(cases)} cases differ from the book's implementation.")
     return CheckResult(title, False, lines, [mistake.name for mistake in found])
+
+
+def keeps_rng(check: Callable[..., CheckResult]) -> Callable[..., CheckResult]:
+    """Run a check with PyTorch's global random state saved and restored: building the book's layers (and yours)
+    draws from it, and a check must not change what the reader's next cell computes."""
+
+    @functools.wraps(check)
+    def checked(*args: Any, **kwargs: Any) -> CheckResult:
+        with torch.random.fork_rng(devices=[]):
+            return check(*args, **kwargs)
+
+    return checked
 
 
 def report(result: CheckResult, verbose: bool) -> CheckResult:

@@ -4,27 +4,30 @@
 # %% auto #0
 __all__ = ['check_attention', 'check_multi_head_attention', 'check_positional_encoding', 'check_padding_mask', 'check_causal_mask', 'check_shift_right', 'check_layer_norm', 'check_encoder_layer', 'check_label_smoothing', 'check_warmup_schedule', 'check_greedy_decode', 'check_beam_search', 'check_bleu', 'check_rotary', 'check_rms_norm', 'check_blockwise_attention', 'MISTAKES_BY_CHECK', 'CheckResult']
 
-# %% ../../chapters/13_check_your_code.ipynb #255ba879
+# %% ../../chapters/13_check_your_code.ipynb #ad4e3ed1
 from . import check_attention_parts as attention
+from . import check_bleu_parts as bleu
 from . import check_decoding_parts as decoding
 from . import check_layer_parts as layer
+from . import check_mask_parts as masks
+from . import check_multihead_parts as multihead
 from . import check_position_parts as position
 from . import check_training_parts as training
 from .checking import CheckResult
 
 check_attention = attention.check_attention
-check_multi_head_attention = attention.check_multi_head_attention
+check_multi_head_attention = multihead.check_multi_head_attention
 check_positional_encoding = position.check_positional_encoding
-check_padding_mask = position.check_padding_mask
-check_causal_mask = position.check_causal_mask
-check_shift_right = position.check_shift_right
+check_padding_mask = masks.check_padding_mask
+check_causal_mask = masks.check_causal_mask
+check_shift_right = masks.check_shift_right
 check_layer_norm = layer.check_layer_norm
 check_encoder_layer = layer.check_encoder_layer
 check_label_smoothing = training.check_label_smoothing
 check_warmup_schedule = training.check_warmup_schedule
 check_greedy_decode = decoding.check_greedy_decode
 check_beam_search = decoding.check_beam_search
-check_bleu = decoding.check_bleu
+check_bleu = bleu.check_bleu
 check_rotary = position.check_rotary
 check_rms_norm = layer.check_rms_norm
 check_blockwise_attention = attention.check_blockwise_attention
@@ -32,18 +35,18 @@ check_blockwise_attention = attention.check_blockwise_attention
 # Each check, in the order of the chapters, with the mistakes it recognises.
 MISTAKES_BY_CHECK = {
     "check_attention": (check_attention, attention.ATTENTION_MISTAKES),
-    "check_multi_head_attention": (check_multi_head_attention, attention.MHA_MISTAKES),
+    "check_multi_head_attention": (check_multi_head_attention, multihead.MHA_MISTAKES),
     "check_positional_encoding": (check_positional_encoding, position.ENCODING_MISTAKES),
-    "check_padding_mask": (check_padding_mask, position.PADDING_MISTAKES),
-    "check_causal_mask": (check_causal_mask, position.CAUSAL_MISTAKES),
-    "check_shift_right": (check_shift_right, position.SHIFT_MISTAKES),
+    "check_padding_mask": (check_padding_mask, masks.PADDING_MISTAKES),
+    "check_causal_mask": (check_causal_mask, masks.CAUSAL_MISTAKES),
+    "check_shift_right": (check_shift_right, masks.SHIFT_MISTAKES),
     "check_layer_norm": (check_layer_norm, layer.LAYER_NORM_MISTAKES),
     "check_encoder_layer": (check_encoder_layer, layer.ENCODER_MISTAKES),
     "check_label_smoothing": (check_label_smoothing, training.SMOOTHING_MISTAKES),
     "check_warmup_schedule": (check_warmup_schedule, training.SCHEDULE_MISTAKES),
     "check_greedy_decode": (check_greedy_decode, decoding.GREEDY_MISTAKES),
     "check_beam_search": (check_beam_search, decoding.BEAM_MISTAKES),
-    "check_bleu": (check_bleu, decoding.BLEU_MISTAKES),
+    "check_bleu": (check_bleu, bleu.BLEU_MISTAKES),
     "check_rotary": (check_rotary, position.ROTARY_MISTAKES),
     "check_rms_norm": (check_rms_norm, layer.RMS_MISTAKES),
     "check_blockwise_attention": (check_blockwise_attention, attention.BLOCKWISE_MISTAKES),
