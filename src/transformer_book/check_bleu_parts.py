@@ -7,20 +7,15 @@ __all__ = ['BLEU', 'BLEU_MISTAKES', 'bleu_variant', 'check_bleu']
 # %% ../../chapters/13_check_your_code.ipynb #8acaf540
 
 import math
-from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
 from .checking import Case, CheckResult, Mistake, keeps_rng, report, run_check
-from .decoding import corpus_bleu
+from .decoding import _ngrams, corpus_bleu  # chapter 8's n-gram counter
 
 BLEU = 'chapter 8, "BLEU"'
 
 # %% ../../chapters/13_check_your_code.ipynb #e9529151
-def _ngram_counts(tokens: list[str], n: int) -> Counter:
-    return Counter(tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1))
-
-
 def bleu_variant(
     inputs: tuple,
     brevity: str = "when shorter",
@@ -40,7 +35,7 @@ def bleu_variant(
         h, r = hyp.split(), ref.split()
         hyp_len, ref_len = hyp_len + len(h), ref_len + len(r)
         for n in range(1, 5):
-            hyp_counts, ref_counts = _ngram_counts(h, n), _ngram_counts(r, n)
+            hyp_counts, ref_counts = _ngrams(h, n), _ngrams(r, n)
             matches[n - 1] += sum(
                 min(c, ref_counts[g]) if clip else c * (g in ref_counts) for g, c in hyp_counts.items()
             )
