@@ -199,6 +199,28 @@ def test_batched_beam_equals_beam_on_each_sentence_alone(lengths, beam_size, see
         assert strip(batched[i]) == strip(alone)
 
 
+@settings(max_examples=20, deadline=None)
+@given(lengths=source_lengths, beam_size=st.integers(1, 4), seed=st.integers(0, 10_000), data=st.data())
+def test_each_sentence_stops_at_its_own_limit_as_if_decoded_alone(lengths, beam_size, seed, data):
+    model = random_model(seed)
+    src = random_src(lengths, 12, seed)
+    limits = data.draw(st.lists(st.integers(1, 9), min_size=len(lengths), max_size=len(lengths)))
+    never = -1  # an eos_id the model never produces: every sentence runs to its limit
+    for eos_id in (EOS_ID, never):
+        if beam_size == 1:
+            batched = greedy_decode(model, src, max(limits), BOS_ID, eos_id, limits=torch.tensor(limits))
+        else:
+            batched = beam_search(model, src, beam_size, max(limits), BOS_ID, eos_id, limits=torch.tensor(limits))
+        for i, (length, limit) in enumerate(zip(lengths, limits)):
+            if beam_size == 1:
+                alone = greedy_decode(model, src[i : i + 1, :length], limit, BOS_ID, eos_id)
+            else:
+                alone = beam_search(model, src[i : i + 1, :length], beam_size, limit, BOS_ID, eos_id)
+            row = batched[i].tolist()
+            assert strip(row)[: 1 + limit] == strip(alone[0].tolist())
+            assert all(token == PAD_ID for token in row[1 + limit :])  # nothing after its own limit
+
+
 def test_hypothesis_score_matches_stepwise_log_probs_and_ignores_padding():
     model = random_model(2, vocab=6)
     src = random_src([5, 3], 6, 2)
@@ -490,6 +512,15 @@ def model():
         (lambda m, s: beam_search(m, s, 2, 5, BOS_ID, EOS_ID, length_penalty="0.6"), TypeError, "length_penalty"),
         (lambda m, s: beam_search(m, s, 2, 5, BOS_ID, EOS_ID, length_penalty=None), TypeError, "length_penalty"),
         (lambda m, s: hypothesis_score(m, s, s[:, :1], EOS_ID), ValueError, r"tokens must have shape"),
+        (lambda m, s: greedy_decode(m, s, 5, BOS_ID, EOS_ID, limits=[3, 4]), TypeError, "limits must be an integer"),
+        (lambda m, s: greedy_decode(m, s, 5, BOS_ID, EOS_ID, limits=torch.tensor([3.0, 4.0])), TypeError,
+         "limits must be an integer tensor"),
+        (lambda m, s: greedy_decode(m, s, 5, BOS_ID, EOS_ID, limits=torch.tensor([3])), ValueError,
+         r"one cap per sentence of src.*shape \(1,\)"),
+        (lambda m, s: beam_search(m, s, 2, 5, BOS_ID, EOS_ID, limits=torch.tensor([3, 6])), ValueError,
+         "each between 1 and max_len = 5"),
+        (lambda m, s: beam_search(m, s, 2, 5, BOS_ID, EOS_ID, limits=torch.tensor([0, 5])), ValueError,
+         "each between 1 and max_len"),
     ],
 )
 def test_decoders_reject_bad_input(model, call, error, message):

@@ -56,6 +56,8 @@ ALLOWED: dict[str, dict[str, str]] = {
         "3.11": "a Python release number",
     },
     "10_training_on_gpu.ipynb": {
+        "36.52": "test BLEU of Ben Trevett's Transformer tutorial (German to English), quoted",
+        "41.02": "test BLEU of Wu et al. (2021)'s text-only Transformer-Tiny (English to German), quoted",
         "25,000": "the paper's batch size in tokens",
         "37,000": "the paper's vocabulary size",
         "27.3": "the paper's BLEU, base model, English-German (Table 2)",

@@ -18,7 +18,7 @@ from conftest import needs_data, read_info, write_info
 from transformer_book import cli, data, runfolder
 from transformer_book.checkpoint import RunRecord, load_checkpoint, save_checkpoint
 from transformer_book.model import Transformer
-from transformer_book.presets import PRESETS, choose_preset, model_config
+from transformer_book.presets import PRESETS, choose_preset, model_config, preset_differences
 from transformer_book.run import train
 from transformer_book.training import TrainState
 from transformer_book.translate import Translator
@@ -61,7 +61,8 @@ def test_run_record_round_trips_through_json():
 def test_a_checkpoint_json_of_the_previous_version_reads_as_a_record():
     old = json.loads(OLD_CHECKPOINT_JSON)
     record = RunRecord.from_json(old, "runs/old/last")
-    assert record.preset == dataclasses.asdict(PRESETS["smoke"]) and record.amp == "torch.bfloat16"
+    assert "direction" not in record.preset  # written before Preset had the field; it resumes as de-en
+    assert preset_differences(record.preset, PRESETS["smoke"]) == "" and record.amp == "torch.bfloat16"
     assert record.train_state == TrainState(**old["train_state"]) and record.stopped == "max_steps=3"
     assert record.scaler is None and not record.scored_partial and record.history == []
     assert record.to_json() == {k: v for k, v in old.items() if k not in CHECKPOINT_KEYS}  # the same keys back
@@ -146,13 +147,15 @@ def test_amp_is_an_argument_and_the_command_line_writes_no_environment(monkeypat
     seen = {}
 
     def fake_train(preset, out, **kwargs):
-        seen.update(kwargs)
+        seen.update(kwargs, preset=preset)
         return RunRecord(preset={}, device="cpu", amp="None")
 
     monkeypatch.setattr(cli, "train", fake_train)
     before = dict(os.environ)
     assert cli.main(["train", "--preset", "smoke", "--out", "unused", "--amp", "off"]) == 0
-    assert seen["amp"] == "off" and dict(os.environ) == before
+    assert seen["preset"].amp == "off" and seen["preset"].direction == "de-en" and dict(os.environ) == before
+    assert cli.main(["train", "--preset", "smoke", "--out", "unused", "--direction", "en-de"]) == 0
+    assert seen["preset"] == dataclasses.replace(PRESETS["smoke"], direction="en-de")
 
 
 def test_no_module_of_the_package_writes_the_environment():

@@ -11,13 +11,20 @@ import pytest
 import torch
 from conftest import needs_data, read_info, write_info
 
-from transformer_book import checkpoint, data
+from transformer_book import checkpoint, cli, data
 from transformer_book import run as run_module
 from transformer_book.checkpoint import RunRecord, average_checkpoints, load_checkpoint, save_checkpoint
 from transformer_book.cli import main as cli_main
 from transformer_book.decoding import beam_search
 from transformer_book.model import Transformer
-from transformer_book.presets import PRESETS, choose_preset, model_config, pick_amp_dtype
+from transformer_book.presets import (
+    PRESETS,
+    choose_preset,
+    in_direction,
+    model_config,
+    pick_amp_dtype,
+    preset_differences,
+)
 from transformer_book.run import train
 from transformer_book.translate import Translator, attention_weights, evaluate
 
@@ -155,6 +162,25 @@ def test_translator_checks_its_arguments_and_moves_the_model(small_checkpoint):
     with pytest.raises(ValueError, match="max_new_tokens must be between 1 and"):
         translator.translate("ein hund", max_new_tokens=10_000)
     assert isinstance(translator.translate("ein hund", beam_size=2, max_new_tokens=3), str)
+
+
+@pytest.mark.parametrize("beam_size", [1, 2])
+def test_a_sentence_gets_the_same_length_limit_whatever_its_batch_neighbours(small_checkpoint, beam_size):
+    _, path = small_checkpoint
+    translator = Translator.from_checkpoint(path, "cpu")
+    from transformer_book.tokens import EOS_ID
+
+    def never_eos(module, inputs, logits):  # a model that never ends: every output runs to its limit
+        return logits.index_fill(-1, torch.tensor([EOS_ID]), float("-inf"))
+
+    translator.model.generator.register_forward_hook(never_eos)
+    short, long = "ein hund", " ".join(["ein hund läuft"] * 12)
+    alone = translator.translate(short, beam_size=beam_size)
+    beside_long = translator.translate([short, long], beam_size=beam_size)
+    own_limit, long_limit = len(translator._encode(short)) + 50, len(translator._encode(long)) + 50
+    assert alone == translator.translate(short, beam_size=beam_size, max_new_tokens=own_limit)
+    assert alone != translator.translate(short, beam_size=beam_size, max_new_tokens=long_limit)  # the limit matters
+    assert beside_long[0] == alone
 
 
 def test_attention_weights_restore_the_training_mode(small_checkpoint):
@@ -338,9 +364,9 @@ def test_length_penalty_reaches_beam_search(small_checkpoint, monkeypatch):
     translator = Translator.from_checkpoint(path, CPU)
     seen = []
 
-    def spy(*args):
+    def spy(*args, **kwargs):
         seen.append(args[-1])  # beam_search(model, src, beam_size, max_len, bos_id, eos_id, length_penalty)
-        return beam_search(*args)
+        return beam_search(*args, **kwargs)
 
     monkeypatch.setattr("transformer_book.translate.beam_search", spy)
     translator.translate(["ein hund läuft"], beam_size=2, length_penalty=1.4)
@@ -419,3 +445,35 @@ def test_command_line_translates_and_evaluates_the_average_of_the_last_snapshots
     assert len(capsys.readouterr().out.strip().splitlines()) == 1
     assert cli_main(["translate", "--checkpoint", str(tmp_path / "run" / "best"), "--average", "2", "Ein Hund."]) == 2
     assert "holds no snapshots" in capsys.readouterr().err
+
+
+def test_a_direction_turns_multi30ks_pairs_and_runs_from_before_the_field_still_resume():
+    pairs = [("Ein Hund.", "A dog.")]
+    assert in_direction(pairs, "de-en") == pairs
+    assert in_direction(pairs, "en-de") == [("A dog.", "Ein Hund.")]
+    with pytest.raises(ValueError, match="direction must be one of"):
+        in_direction(pairs, "de-fr")
+    with pytest.raises(ValueError, match="direction must be one of"):
+        choose_preset("cpu", direction="english")
+    recorded = dataclasses.asdict(PRESETS["cpu"])
+    del recorded["direction"]  # a run written before Preset had the field
+    assert preset_differences(recorded, PRESETS["cpu"]) == ""
+    en_de = choose_preset("cpu", direction="en-de")
+    assert preset_differences(recorded, en_de) == "direction 'de-en' there, 'en-de' asked"
+    assert preset_differences({**recorded, "epochs": 3}, en_de).startswith("epochs 3 there, 15 asked, direction")
+
+
+@needs_data
+def test_a_run_trained_en_de_reads_english_and_refuses_to_resume_the_other_way(tmp_path, monkeypatch, capsys):
+    en_de = dataclasses.replace(TINY, direction="en-de")
+    train(en_de, tmp_path / "run", device=CPU, progress=False, max_steps=2)
+    corpus = run_module.prepare_data(en_de, tmp_path / "run", run_module.Processes.current())
+    assert corpus.val_pairs[:3] == [(en, de) for de, en in data.load_multi30k("val")[:3]]
+    assert Translator.from_checkpoint(tmp_path / "run" / "last", CPU).direction == "en-de"
+    with pytest.raises(ValueError, match="direction 'en-de' there, 'de-en' asked"):
+        train(TINY, tmp_path / "run", device=CPU, progress=False)
+    scored = []
+    monkeypatch.setattr(cli, "evaluate", lambda translator, pairs, *args: scored.append(pairs) or {
+        "bleu": 0.0, "bleu_lowercase": 0.0, "brevity_penalty": 1.0, "signature": "-"})
+    assert cli_main(["evaluate", "--checkpoint", str(tmp_path / "run" / "last"), "--split", "val"]) == 0
+    assert scored[0][:3] == corpus.val_pairs[:3]  # English sources, German references

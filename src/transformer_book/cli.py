@@ -2,14 +2,14 @@
 """`python -m transformer_book`: train, translate and evaluate (chapter 10's companion)."""
 
 # %% auto #0
-__all__ = ['main']
+__all__ = ['LANGUAGES', 'main']
 
 # %% ../../chapters/10a_engineering_the_run.ipynb #10b00007
 import argparse
 import math
 import os
 import sys
-from dataclasses import asdict, fields
+from dataclasses import fields
 from pathlib import Path
 
 import torch.distributed as dist
@@ -17,7 +17,8 @@ import torch.distributed as dist
 from . import __version__, data
 from .checkpoint import RunRecord, average_checkpoints, load_checkpoint
 from .distributed import start_distributed
-from .presets import AMP_CHOICES, PRESETS, Preset, choose_preset, pick_device
+from .presets import AMP_CHOICES, DIRECTIONS, PRESETS, Preset, choose_preset, in_direction
+from .presets import pick_device, preset_differences
 from .run import train
 from .runfolder import existing, has_checkpoint, last_snapshots
 from .safefiles import read_record
@@ -85,12 +86,15 @@ def _translator(checkpoint: str, average: int | None, allow_fewer: bool) -> tupl
     return Translator.from_loaded(model, saved, device), beam_size
 
 
-def _sentences(arguments: list[str]) -> list[str | None]:
+LANGUAGES = {"de": "German", "en": "English"}  # the two halves of a direction such as "de-en"
+
+
+def _sentences(arguments: list[str], language: str = "German") -> list[str | None]:
     """The sentences to translate: the arguments, else the lines of stdin; None for one that is not UTF-8 text."""
     if not arguments and sys.stdin is None:
         raise ValueError("no sentences to translate and no standard input; pass them as arguments or on stdin")
     if not arguments and sys.stdin.isatty():
-        print("Type German sentences, one per line, then Ctrl-D (on Windows Ctrl-Z, Enter); or pass them as "
+        print(f"Type {language} sentences, one per line, then Ctrl-D (on Windows Ctrl-Z, Enter); or pass them as "
               "arguments: translate --checkpoint DIR \"Ein Hund.\"", file=sys.stderr)
     kind = "argument" if arguments else "line"
     raw = [a.encode("utf-8", "surrogateescape") for a in arguments] or sys.stdin.buffer.read().splitlines()
@@ -113,7 +117,7 @@ def _finished(out: Path, preset: Preset) -> RunRecord | None:
     except (OSError, ValueError):
         return None  # train() says what is wrong with it
     done = record.train_state.epoch >= preset.epochs or record.stopped == "time limit"
-    return record if done and record.preset == asdict(preset) else None
+    return record if done and not preset_differences(record.preset, preset) else None
 
 # %% ../../chapters/10a_engineering_the_run.ipynb #10b00044
 class _ShowDefaults(argparse.ArgumentDefaultsHelpFormatter):
@@ -137,7 +141,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="show the full traceback of an error")
     commands = parser.add_subparsers(dest="command", required=True)
     command = dict(formatter_class=_ShowDefaults)
-    p = commands.add_parser("train", help="train (or resume) a German-to-English model on Multi30k", **command)
+    p = commands.add_parser("train", help="train (or resume) a translation model on Multi30k", **command)
     p.add_argument("--preset", choices=sorted(PRESETS), default=None, help="default: gpu with CUDA, else cpu")
     p.add_argument("--out", type=_folder, default="runs/multi30k",
                    help="run folder; checkpoints in OUT/last, OUT/best")
@@ -145,7 +149,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="stop after this many steps (resumable); default: train the whole budget")
     p.add_argument("--amp", choices=AMP_CHOICES, default=None,
                    help="arithmetic; default: the preset's (auto); off = float32, also where bfloat16 is available")
-    for name, what in (("translate", "translate German sentences (arguments, or lines on stdin)"),
+    p.add_argument("--direction", choices=DIRECTIONS, default=None,
+                   help="de-en: German in, English out; en-de: the other way; default: the preset's (de-en)")
+    for name, what in (("translate", "translate sentences (arguments, or lines on stdin) with a trained model"),
                        ("evaluate", "sacreBLEU of a checkpoint on a Multi30k split")):
         p = commands.add_parser(name, help=what, **command)
         p.add_argument("--checkpoint", required=True, help="a checkpoint folder, e.g. runs/multi30k/best")
@@ -158,7 +164,8 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--allow-fewer", action="store_true",
                        help="with --average: average fewer than N if that is all")
         if name == "translate":
-            p.add_argument("sentences", nargs="*", help="German sentences; none: read lines from stdin")
+            p.add_argument("sentences", nargs="*",
+                           help="sentences in the run's source language (German unless trained en-de); none: stdin")
     return parser
 
 
@@ -192,13 +199,14 @@ def _run(args: argparse.Namespace) -> int:
     translator, beam_size = _translator(args.checkpoint, args.average, args.allow_fewer)
     beam_size = args.beam_size or beam_size
     if args.command == "translate":
-        sentences = _sentences(args.sentences)
+        sentences = _sentences(args.sentences, LANGUAGES[translator.direction[:2]])
         readable = [s for s in sentences if s is not None]
         translations = iter(translator.translate(readable, beam_size, length_penalty=args.length_penalty))
         for sentence in sentences:
             print(next(translations) if sentence is not None else "")
         return 0 if len(readable) == len(sentences) else 2
-    result = evaluate(translator, data.load_multi30k(args.split), beam_size, args.length_penalty)
+    pairs = in_direction(data.load_multi30k(args.split), translator.direction)  # (source, reference) pairs
+    result = evaluate(translator, pairs, beam_size, args.length_penalty)
     print(f"BLEU {result['bleu']:.2f} (lowercased {result['bleu_lowercase']:.2f}, brevity penalty "
           f"{result['brevity_penalty']:.3f})  {result['signature']}")
     return 0
@@ -207,14 +215,15 @@ def _run(args: argparse.Namespace) -> int:
 def _train(args: argparse.Namespace) -> int:
     """`train`: say so when the run is already complete, else train or resume it; then say where it stands."""
     distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1  # started by torchrun with several processes
-    if not distributed and (done := _finished(Path(args.out), choose_preset(args.preset, amp=args.amp))):
+    preset = choose_preset(args.preset, amp=args.amp, direction=args.direction)
+    if not distributed and (done := _finished(Path(args.out), preset)):
         print(f"the run in {args.out} is complete ({done.train_state.step} updates); nothing to train. "
               f"Translate with its best weights, or give another --out to train anew", file=sys.stderr)
         run = done
     else:
         device = _join_torchrun() if distributed else None
         try:
-            run = train(args.preset, args.out, device=device, max_steps=args.max_steps, log=print, amp=args.amp)
+            run = train(preset, args.out, device=device, max_steps=args.max_steps, log=print)
         finally:
             if distributed:
                 dist.destroy_process_group()

@@ -22,7 +22,9 @@ GNMT_LENGTH_OFFSET = 5.0  # the 5 of lp(Y) = ((5 + |Y|) / (5 + 1))^alpha (Wu et 
 MAX_NGRAM_ORDER = 4  # BLEU-4: precisions of 1-, 2-, 3- and 4-grams
 
 # %% ../../chapters/08_decoding.ipynb #0b4722c3
-def _check_decoding_inputs(model: nn.Module, src: Tensor, max_len: int, bos_id: int, eos_id: int) -> None:
+def _check_decoding_inputs(
+    model: nn.Module, src: Tensor, max_len: int, bos_id: int, eos_id: int, limits: Tensor | None = None
+) -> None:
     """Raise a clear error for arguments the decoders cannot use; model.encode then checks src's ids once."""
     config = model.config
     check_token_ids("src", src)  # (B, T_src) integer ids with B, T_src >= 1 (chapter 1's checks)
@@ -44,6 +46,15 @@ def _check_decoding_inputs(model: nn.Module, src: Tensor, max_len: int, bos_id: 
     if isinstance(eos_id, bool) or not isinstance(eos_id, int):
         raise TypeError(
             f"eos_id must be an int (one the model never produces, such as -1, never stops); got {eos_id!r}"
+        )
+    if limits is None:
+        return
+    if not isinstance(limits, Tensor) or limits.dtype.is_floating_point or limits.dtype == torch.bool:
+        raise TypeError(f"limits must be an integer tensor, one cap per sentence; got {limits!r:.80}")
+    if limits.shape != (src.size(0),) or not 1 <= limits.min() <= limits.max() <= max_len:
+        raise ValueError(
+            f"limits must hold one cap per sentence of src, each between 1 and max_len = {max_len}; got shape "
+            f"{tuple(limits.shape)} with values {limits.tolist()!r:.80}"
         )
 
 
@@ -72,23 +83,27 @@ def _eval_mode(model: nn.Module) -> Iterator[None]:
 # %% ../../chapters/08_decoding.ipynb #62d8a696
 @torch.no_grad()
 def greedy_decode(
-    model: nn.Module, src: Tensor, max_len: int, bos_id: int, eos_id: int, use_cache: bool = True
+    model: nn.Module, src: Tensor, max_len: int, bos_id: int, eos_id: int, use_cache: bool = True,
+    limits: Tensor | None = None,
 ) -> Tensor:
     """Pick the most likely next token until EOS or max_len new tokens, for a whole batch at once.
 
     src (B, T_src) token ids, padded with model.config.pad_id -> (B, 1 + T_out) long, starting with BOS,
     T_out <= max_len; after a sentence's EOS come pad ids. use_cache=False recomputes the whole prefix at
-    every step (same tokens, slower). The model runs in eval mode; its mode is restored afterwards.
+    every step (same tokens, slower). limits (B,), optional, gives each sentence its own cap on new tokens
+    (at most max_len), so that its output does not depend on its neighbours in the batch. The model runs in
+    eval mode; its mode is restored afterwards.
     """
-    _check_decoding_inputs(model, src, max_len, bos_id, eos_id)
+    _check_decoding_inputs(model, src, max_len, bos_id, eos_id, limits)
     with _eval_mode(model):
         pad_id = model.config.pad_id
         src_mask = padding_mask(src, pad_id)  # (B, 1, 1, T_src)
         memory = model.encode(src, src_mask)  # (B, T_src, D)
         tokens = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)  # (B, 1)
         finished = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)  # (B,)
+        caps = torch.full_like(finished, max_len, dtype=torch.long) if limits is None else limits.to(src.device)
         cache = new_cache(model) if use_cache else None
-        for _ in range(max_len):
+        for step in range(max_len):
             step_input = tokens[:, -1:] if use_cache else tokens  # (B, 1) or (B, t)
             # Every id fed back was chosen by the model, so decode skips its check of the ids (a host read on a
             # GPU).
@@ -97,7 +112,7 @@ def greedy_decode(
             next_token = logits.argmax(dim=-1)  # (B,): y_t = argmax_y p(y | y_<t, X)
             next_token = next_token.masked_fill(finished, pad_id)  # finished sentences only pad
             tokens = torch.cat([tokens, next_token[:, None]], dim=1)  # (B, t + 1)
-            finished |= next_token == eos_id
+            finished |= (next_token == eos_id) | (caps <= step + 1)  # a sentence at its cap (B,) stops too
             if finished.all():
                 break
     return tokens
@@ -153,6 +168,7 @@ def beam_search(
     bos_id: int,
     eos_id: int,
     length_penalty: float = 0.6,
+    limits: Tensor | None = None,  # (B,): each sentence's own cap on new tokens, at most max_len
 ) -> Tensor:
     """Keep the beam_size best partial outputs per sentence; return the best one of each sentence.
 
@@ -161,15 +177,14 @@ def beam_search(
     sentence is also remembered, so that it is returned even if unfinished hypotheses push it out of the
     beam and then end worse. The search stops when all hypotheses have produced eos_id or after max_len
     steps (then unfinished ones compete too). src (B, T_src) -> (B, 1 + T_out) long, starting with BOS,
-    padded after EOS. beam_size=1 gives greedy_decode's output.
-    The model runs in eval mode; its mode is restored afterwards.
+    padded after EOS. beam_size=1 gives greedy_decode's output; with limits, each sentence's output is the one
+    it gets alone with max_len = its limit. The model runs in eval mode; its mode is restored afterwards.
     """
-    _check_decoding_inputs(model, src, max_len, bos_id, eos_id)
+    _check_decoding_inputs(model, src, max_len, bos_id, eos_id, limits)
     _check_beam_settings(beam_size, length_penalty)
     with _eval_mode(model):
         pad_id = model.config.pad_id
-        batch, k = src.size(0), beam_size
-        device = src.device
+        batch, k, device = src.size(0), beam_size, src.device
         src_mask = padding_mask(src, pad_id)  # (B, 1, 1, T_src)
         memory = model.encode(src, src_mask)  # (B, T_src, D): each source encoded once
         memory = memory.repeat_interleave(k, dim=0)  # (B*K, T_src, D): one copy per hypothesis
@@ -185,9 +200,9 @@ def beam_search(
         rows = torch.arange(batch, device=device)  # (B,)
         best_done_score = torch.full((batch,), float("-inf"), dtype=dtype, device=device)  # (B,): s(Y, X)
         best_done = torch.full((batch, 1 + max_len), pad_id, dtype=torch.long, device=device)  # (B, 1 + max_len)
-        for _ in range(max_len):
-            # (B*K, vocab_size)
-            logits = model.decode(tokens[:, -1:], memory, src_mask, cache=cache, check_ids=False)[:, -1]
+        caps = torch.full((batch,), max_len, device=device) if limits is None else limits.to(device)  # (B,)
+        for step in range(max_len):
+            logits = model.decode(tokens[:, -1:], memory, src_mask, cache=cache, check_ids=False)[:, -1]  # (B*K, V)
             log_probs = torch.log_softmax(logits.to(dtype), dim=-1).view(batch, k, -1)  # (B, K, vocab_size)
             vocab = log_probs.size(-1)
             # A finished hypothesis may only be extended by padding, at no cost: it stays as it is.
@@ -202,7 +217,8 @@ def beam_search(
             beam_origin, next_token = top // vocab, top % vocab  # (B, K) each
             scores = candidates.view(batch, -1).gather(1, top)  # (B, K)
             lengths = cand_lengths.reshape(batch, -1).gather(1, top)  # (B, K)
-            finished = finished.gather(1, beam_origin) | (next_token == eos_id)  # (B, K)
+            # (B, K); a sentence at its cap stops, and its unfinished hypotheses compete as they are
+            finished = finished.gather(1, beam_origin) | (next_token == eos_id) | (caps <= step + 1)[:, None]
             flat_origin = (beam_origin + offsets).view(-1)  # (B*K,): rows the survivors come from
             tokens = torch.cat([tokens[flat_origin], next_token.view(-1, 1)], dim=1)  # (B*K, t + 1)
             for layer_cache in cache:
@@ -213,8 +229,7 @@ def beam_search(
             improved = done_best > best_done_score  # (B,)
             best_done_score = torch.where(improved, done_best, best_done_score)  # (B,)
             new_best = tokens.view(batch, k, -1)[rows, done_at]  # (B, t + 1)
-            # (B, t + 1); torch.where, not best_done[improved]: no host read
-            seen = best_done[:, : new_best.size(1)]
+            seen = best_done[:, : new_best.size(1)]  # (B, t + 1); torch.where, not best_done[improved]: no sync
             best_done[:, : new_best.size(1)] = torch.where(improved[:, None], new_best, seen)  # pad after EOS
             if finished.all():
                 break

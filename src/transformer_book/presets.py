@@ -2,11 +2,11 @@
 """The device, the presets of sizes, the model they make, mixed precision (chapter 10)."""
 
 # %% auto #0
-__all__ = ['PRESETS', 'AMP_CHOICES', 'pick_device', 'Preset', 'choose_preset', 'model_config', 'cpu_has_bfloat16', 'pick_amp_dtype']
+__all__ = ['PRESETS', 'AMP_CHOICES', 'DIRECTIONS', 'pick_device', 'Preset', 'choose_preset', 'in_direction', 'preset_differences', 'model_config', 'cpu_has_bfloat16', 'pick_amp_dtype']
 
 # %% ../../chapters/10_training_on_gpu.ipynb #262a6fad
 import os
-from dataclasses import dataclass, replace
+from dataclasses import MISSING, asdict, dataclass, fields, replace
 
 import torch
 
@@ -46,6 +46,7 @@ class Preset:
     average_last: int = 5  # keep the weights of the last N epochs, to average them (the paper averages 5)
     seed: int = 0
     amp: str = "auto"  # "auto": see pick_amp_dtype; "bfloat16", "float16" or "off" (float32) force one
+    direction: str = "de-en"  # German in, English out, as on this page; "en-de" trains the other way
 
 # %% ../../chapters/10_training_on_gpu.ipynb #7f446e14
 PRESETS: dict[str, Preset] = {
@@ -76,27 +77,52 @@ PRESETS: dict[str, Preset] = {
 
 
 AMP_CHOICES = ("auto", "bfloat16", "float16", "off")  # see pick_amp_dtype
+DIRECTIONS = ("de-en", "en-de")  # source-target; Multi30k's pairs are (German, English)
 
 
-def choose_preset(name: str | None = None, device: torch.device | None = None, amp: str | None = None) -> Preset:
+def choose_preset(
+    name: str | None = None, device: torch.device | None = None, amp: str | None = None,
+    direction: str | None = None,
+) -> Preset:
     """The preset named by `name` or TRANSFORMER_BOOK_PRESET; by default gpu with CUDA, else cpu.
 
     amp, when given, replaces the preset's `amp` ("off" trains in float32 even on a CPU that has bfloat16
-    instructions, as an ordinary CPU would); without it, TRANSFORMER_BOOK_AMP does when set.
+    instructions, as an ordinary CPU would); without it, TRANSFORMER_BOOK_AMP does when set. direction, when
+    given, replaces the preset's ("en-de": English in, German out).
     """
     name = name or os.environ.get("TRANSFORMER_BOOK_PRESET")
     if not name:
         name = "gpu" if (device or pick_device()).type == "cuda" else "cpu"
     if name not in PRESETS:
         raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
+    preset = PRESETS[name]
+    if direction is not None:
+        preset = replace(preset, direction=check_choice("direction", direction, DIRECTIONS))
     if amp is not None:
-        return replace(PRESETS[name], amp=check_choice("amp", amp, AMP_CHOICES))
+        return replace(preset, amp=check_choice("amp", amp, AMP_CHOICES))
     amp = os.environ.get("TRANSFORMER_BOOK_AMP")
-    if amp is None or amp == PRESETS[name].amp:
-        return PRESETS[name]
+    if amp is None or amp == preset.amp:
+        return preset
     if amp not in AMP_CHOICES:
         raise ValueError(f"TRANSFORMER_BOOK_AMP must be one of {AMP_CHOICES}; got {amp!r}")
-    return replace(PRESETS[name], amp=amp)
+    return replace(preset, amp=amp)
+
+
+def in_direction(pairs: list[tuple[str, str]], direction: str) -> list[tuple[str, str]]:
+    """Multi30k's (German, English) pairs as (source, target) pairs of `direction`."""
+    check_choice("direction", direction, DIRECTIONS)
+    return pairs if direction == "de-en" else [(english, german) for german, english in pairs]
+
+
+def preset_differences(recorded: dict, preset: Preset) -> str:
+    """The fields in which a run's recorded preset differs from `preset`, one by one; "" when none does.
+
+    A field the record lacks (one added to Preset after the run) counts as its default: old runs resume.
+    """
+    defaults = {f.name: f.default for f in fields(Preset) if f.default is not MISSING}
+    recorded = defaults | recorded
+    return ", ".join(f"{name} {recorded.get(name)!r} there, {value!r} asked"
+                     for name, value in asdict(preset).items() if recorded.get(name) != value)
 
 # %% ../../chapters/10_training_on_gpu.ipynb #2052d54a
 def model_config(preset: Preset, vocab_size: int) -> TransformerConfig:

@@ -23,7 +23,8 @@ from .checks import check_choice
 from .distributed import Processes
 from .masking import Batch
 from .model import Transformer
-from .presets import AMP_CHOICES, Preset, choose_preset, model_config, pick_amp_dtype, pick_device
+from .presets import AMP_CHOICES, Preset, choose_preset, in_direction, model_config, pick_amp_dtype
+from .presets import pick_device, preset_differences
 from .tokens import PAD_ID
 from .training import LabelSmoothingLoss, TrainState, WarmupSchedule, autocast, fit
 from .training import make_optimizer, set_seed
@@ -92,8 +93,8 @@ class RunData:
 def prepare_data(preset: Preset, out: Path, processes: Processes, root: str | Path | None = None) -> RunData:
     """Multi30k's pairs, the run's tokenizer (trained once, then read back from the run folder),
     the pairs encoded."""
-    train_pairs = data.load_multi30k("train", root=root)
-    val_pairs = data.load_multi30k("val", root=root)
+    train_pairs = in_direction(data.load_multi30k("train", root=root), preset.direction)
+    val_pairs = in_direction(data.load_multi30k("val", root=root), preset.direction)
     if preset.train_subset is not None:
         train_pairs = train_pairs[: preset.train_subset]
     with processes.main_first():  # one process writes tokenizer.json, the others read it
@@ -170,10 +171,10 @@ def resume(out: Path, preset: Preset, model: Transformer, optimizer: torch.optim
             f"{tokenizer.path} is not the tokenizer the run in {out} was trained with (its sha256 differs "
             f"from {saved.path}/checkpoint.json's); put back {saved.path}/tokenizer.json, or start afresh"
         )
-    if record.preset != asdict(preset):
+    if differences := preset_differences(record.preset, preset):
         raise ValueError(
-            f"{out} holds a run of preset {record.preset['name']!r} with other settings; resume it with "
-            f"the same preset, or give another output folder"
+            f"{out} holds a run of preset {record.preset['name']!r} with other settings ({differences}); resume "
+            f"it with the same ones, or give another output folder"
         )
     model.load_state_dict(saved_model.state_dict())
     load_optimizer_state(optimizer, saved.path, device)

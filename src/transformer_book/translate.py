@@ -18,20 +18,23 @@ from .checkpoint import Checkpoint, load_checkpoint
 from .decoding import beam_search, greedy_decode
 from .masking import pad_sequences
 from .model import Transformer
-from .presets import pick_device
+from .checks import check_choice
+from .presets import DIRECTIONS, pick_device
 from .tokens import BOS_ID, EOS_ID, PAD_ID
 
 # %% ../../chapters/10_training_on_gpu.ipynb #0689cc7c
 class Translator:
-    """A trained model with its tokenizer: German sentences in, English sentences out."""
+    """A trained model with its tokenizer: German sentences in, English sentences out (or, for a run trained
+    with direction "en-de", the other way)."""
 
     def __init__(
         self, model: Transformer, tokenizer: Tokenizer, device: torch.device | str | None = None,
-        batch_size: int = 64
+        batch_size: int = 64, direction: str = "de-en",
     ):
         self.device = torch.device(device) if device is not None else next(model.parameters()).device
         self.model, self.tokenizer = model.to(self.device), tokenizer
         self.batch_size = batch_size
+        self.direction = check_choice("direction", direction, DIRECTIONS)  # source-target languages
         self.max_src_tokens = model.config.max_len - 1  # room for EOS
 
     @classmethod
@@ -51,7 +54,9 @@ class Translator:
                 f"{model.config.src_vocab_size}: they come from different runs; use the tokenizer.json saved "
                 f"in the same checkpoint folder"
             )
-        return cls(model.eval(), tokenizer, device)
+        preset = checkpoint.info.get("preset")  # the run's settings, when train() wrote the checkpoint
+        direction = preset.get("direction", "de-en") if isinstance(preset, dict) else "de-en"
+        return cls(model.eval(), tokenizer, device, direction=direction)
 
     def _encode(self, sentence: str) -> list[int]:
         """Subword ids of one sentence plus EOS, cut to the model's longest source (with a warning)."""
@@ -90,12 +95,14 @@ class Translator:
         for start in range(0, len(todo), self.batch_size):
             chunk = todo[start : start + self.batch_size]
             src = pad_sequences([torch.tensor(ids) for _, ids in chunk], PAD_ID).to(self.device)  # (B, T_src)
-            limit = max_new_tokens or min(src.size(1) + 50, longest)
+            # Each sentence's own cap, its length + 50 new tokens: its output never depends on its batch.
+            limits = torch.tensor([max_new_tokens or min(len(ids) + 50, longest) for _, ids in chunk])  # (B,)
+            limit = int(limits.max())
             if beam_size == 1:
-                out = greedy_decode(self.model, src, limit, BOS_ID, EOS_ID)  # (B, 1 + T_out)
+                out = greedy_decode(self.model, src, limit, BOS_ID, EOS_ID, limits=limits)  # (B, 1 + T_out)
             else:
                 out = beam_search(
-                    self.model, src, beam_size, limit, BOS_ID, EOS_ID, length_penalty
+                    self.model, src, beam_size, limit, BOS_ID, EOS_ID, length_penalty, limits=limits
                 )  # (B, 1 + T_out)
             for (i, _), row in zip(chunk, out.tolist()):
                 results[i] = data.decode(self.tokenizer, row)
