@@ -26,6 +26,7 @@ from transformer_book.presets import (
     preset_differences,
 )
 from transformer_book.run import train
+from transformer_book.tokens import EOS_ID
 from transformer_book.translate import Translator, attention_weights, evaluate
 
 CPU = torch.device("cpu")
@@ -168,7 +169,6 @@ def test_translator_checks_its_arguments_and_moves_the_model(small_checkpoint):
 def test_a_sentence_gets_the_same_length_limit_whatever_its_batch_neighbours(small_checkpoint, beam_size):
     _, path = small_checkpoint
     translator = Translator.from_checkpoint(path, "cpu")
-    from transformer_book.tokens import EOS_ID
 
     def never_eos(module, inputs, logits):  # a model that never ends: every output runs to its limit
         return logits.index_fill(-1, torch.tensor([EOS_ID]), float("-inf"))
