@@ -8,8 +8,10 @@ A throwaway virtual environment stands in for a Colab runtime:
 - pip with no index: a local folder of wheels stands in for PyPI.
 
 First the wheel from `make dist` is installed with runtime dependencies only, and the command line and the main
-imports are tried. Then two passes run chapters top to bottom with nbclient (chapter 10 with its smoke preset);
-the check fails if any cell raises, or if the package did not come from where the pass expects:
+imports are tried. Then two passes run chapters top to bottom with nbclient (chapter 10 with its smoke preset),
+side by side, each in its own copy of the environment (chapter 1's longest cell uses one thread, which leaves a
+core to the other pass); the check fails if any cell raises, or if the package did not come from where the pass
+expects:
 1. "pypi": the wheel folder holds the wheel, so the first cell installs from it; chapters 1 and 10 run;
 2. "git": the wheel folder is empty (it holds only the build backend, setuptools, that pip needs to build from
    source), so the first cell must fall back to the repository's tag. The repository is a local bare one
@@ -23,6 +25,7 @@ the check fails if any cell raises, or if the package did not come from where th
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import json
 import os
 import re
@@ -112,12 +115,15 @@ def check_wheel(python: Path, dist: Path, version: str) -> None:
     run([str(python), "-m", "pip", "uninstall", "-q", "-y", "transformer-book"])
 
 
-def make_kernel(work: Path, python: Path, wheels: Path, constraints: Path) -> Path:
-    """A kernel spec for the runtime: google.colab stubbed and imported at start, pip offline on `wheels`."""
+def make_kernel(work: Path, python: Path, wheels: Path, constraints: Path, name: str) -> Path:
+    """A kernel spec for the runtime: google.colab stubbed and imported at start, pip offline on `wheels`.
+
+    Each pass has its own (`name`): the two run at once, with different wheel folders.
+    """
     stub = work / "stub" / "google" / "colab"
     stub.mkdir(parents=True, exist_ok=True)
     (stub / "__init__.py").write_text(STUB_COLAB, encoding="utf-8")
-    kernel_dir = work / "jupyter" / "kernels" / KERNEL_NAME
+    kernel_dir = work / f"jupyter-{name}" / "kernels" / KERNEL_NAME
     kernel_dir.mkdir(parents=True, exist_ok=True)
     env = {
         "PYTHONPATH": str(work / "stub"),
@@ -127,7 +133,7 @@ def make_kernel(work: Path, python: Path, wheels: Path, constraints: Path) -> Pa
         "PIP_DISABLE_PIP_VERSION_CHECK": "1",
         "TRANSFORMER_BOOK_PRESET": "smoke",
         # Chapter 10 keeps its runs on Google Drive on Colab; the stub has no Drive, so a local folder is named.
-        "TRANSFORMER_BOOK_RUNS": str(work / "runs"),
+        "TRANSFORMER_BOOK_RUNS": str(work / f"runs-{name}"),
     }
     spec = {
         "argv": [str(python), "-m", "ipykernel_launcher", "-f", "{connection_file}",
@@ -137,7 +143,7 @@ def make_kernel(work: Path, python: Path, wheels: Path, constraints: Path) -> Pa
         "env": env,
     }
     (kernel_dir / "kernel.json").write_text(json.dumps(spec, indent=1), encoding="utf-8")
-    return work / "jupyter"
+    return work / f"jupyter-{name}"
 
 
 def bare_repository(work: Path, version: str) -> str:
@@ -194,6 +200,24 @@ def origin(python: Path) -> str:
     return run([str(python), "-c", probe], cwd="/").stdout.strip()
 
 
+def run_pass(name: str, python: Path, wheels: Path, url: str | None, expected: str, chapters: list[str],
+             work: Path, version: str) -> list[str]:
+    """One pass in the environment of `python`: its chapters top to bottom, then where the package came from.
+
+    Runs in a process of its own (JUPYTER_PATH is per process); returns what to print.
+    """
+    said = []
+    kernels = make_kernel(work, python, wheels, work / "lowest.txt", name)
+    for chapter in chapters:
+        seconds = run_chapter(REPO_ROOT / "chapters" / chapter, work / f"run-{name}", url, kernels)
+        said.append(f"colab-check: pass {name}: {chapter} ran top to bottom in {seconds:.0f} s")
+    if (found := origin(python)) != expected:
+        raise ColabCheckError(f"pass {name}: transformer-book came from {found!r}, expected {expected!r}")
+    said.append(f"colab-check: pass {name}: the first cell installed transformer-book {version} from "
+                f"{'the wheel folder' if expected == 'wheel' else 'the tag v' + version + ' of ' + url}")
+    return said
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dist", type=Path, default=REPO_ROOT / "dist", help="folder with the wheel (make dist)")
@@ -231,18 +255,17 @@ def main(argv: list[str] | None = None) -> int:
         run([str(python), "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", "-d", str(empty),
              *build_requires])
         repository = bare_repository(work, version)
-        passes = (("pypi", pypi, None, "wheel", args.chapters), ("git", empty, repository, "git", args.chapters[-1:]))
-        for name, wheels, url, expected, chapters in passes:
-            run([str(python), "-m", "pip", "uninstall", "-q", "-y", "transformer-book"])
-            kernels = make_kernel(work, python, wheels, work / "lowest.txt")
-            for chapter in chapters:
-                seconds = run_chapter(REPO_ROOT / "chapters" / chapter, work / f"run-{name}", url, kernels)
-                print(f"colab-check: pass {name}: {chapter} ran top to bottom in {seconds:.0f} s", flush=True)
-            if (found := origin(python)) != expected:
-                raise ColabCheckError(f"pass {name}: transformer-book came from {found!r}, expected {expected!r}")
-            print(f"colab-check: pass {name}: the first cell installed transformer-book {version} from "
-                  f"{'the wheel folder' if expected == 'wheel' else 'the tag v' + version + ' of ' + repository}",
-                  flush=True)
+        # The git pass gets a copy of the environment (a venv finds its packages from where its python is).
+        git_venv = work / "venv-git"
+        shutil.rmtree(git_venv, ignore_errors=True)
+        shutil.copytree(work / "venv", git_venv, symlinks=True)
+        git_python = git_venv / "bin" / "python"
+        passes = (("pypi", python, pypi, None, "wheel", args.chapters),
+                  ("git", git_python, empty, repository, "git", args.chapters[-1:]))
+        with concurrent.futures.ProcessPoolExecutor(max_workers=len(passes)) as pool:
+            running = [pool.submit(run_pass, *one_pass, work, version) for one_pass in passes]
+            for future in running:
+                print("\n".join(future.result()), flush=True)
     except ColabCheckError as err:
         print(f"colab-check: FAILED: {err}", file=sys.stderr)
         return 1
