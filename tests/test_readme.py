@@ -6,6 +6,7 @@ buttons open), so a move of the book or the repository cannot leave the README p
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -54,3 +55,27 @@ def test_maintainer_detail_lives_in_contributing():
         assert f"## {title}" in contributing, f"CONTRIBUTING.md has no '## {title}'"
         assert f"## {title}" not in README, f"README.md still holds the maintainers' '## {title}'"
     assert "(CONTRIBUTING.md)" in README
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def test_the_book_runs_quoted_are_those_of_chapters_records():
+    # Chapter 10 reads its runs from chapters/records/; the README and the set-up page quote them by hand, so a
+    # re-made run (another card, other numbers) must be copied there too.
+    records = [json.loads(p.read_text(encoding="utf-8")) for p in sorted((REPO_ROOT / "chapters" / "records").glob("*.json"))]
+    gpu = [r for r in records if r["preset"] == "gpu" and r.get("train_minutes") is not None]  # not the float16 check
+    cpu = [r for r in records if r["preset"] == "cpu" and r["device_type"] == "cpu"]
+    assert len(gpu) == 1 and len(cpu) == 1, "chapters/records/ should hold one full run of each of gpu and cpu"
+    gpu, cpu = gpu[0], cpu[0]
+    readme = _one_line(README)
+    for quoted in (
+        f"the `gpu` preset on one {gpu['device']} trained its {gpu['steps']:,} updates in "
+        f"{gpu['train_minutes']:.1f} minutes ({gpu['wall_minutes']:.1f} minutes with every evaluation) and scored "
+        f"{gpu['test_bleu_beam']:.1f} sacreBLEU",
+        f"took {cpu['train_minutes']:.0f} minutes of training for {cpu['test_bleu_beam']:.1f}",
+    ):
+        assert quoted in readme, f"README.md should say, as chapters/records/ does: {quoted!r}"
+    setup = _one_line((REPO_ROOT / "book" / "setup.md").read_text(encoding="utf-8"))
+    assert f"chapter 10 shows a run of it on an {gpu['device']}" in setup, f"book/setup.md: not {gpu['device']}"
