@@ -61,6 +61,14 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
+def _cores_and_brand(device: str) -> str:
+    """'AMD EPYC, Zen 4 (AVX-512 BF16), 2 cores' (a cpu record's device) as the README names it: '2-core AMD EPYC'."""
+    brand, *_, cores = (part.strip() for part in device.split(","))
+    match = re.fullmatch(r"(\d+) cores", cores)
+    assert match, f"a cpu record's device should end in ', N cores': {device!r}"
+    return f"{match.group(1)}-core {brand}"
+
+
 def test_the_book_runs_quoted_are_those_of_chapters_records():
     # Chapter 10 reads its runs from chapters/records/; the README and the set-up page quote them by hand, so a
     # re-made run (another card, other numbers) must be copied there too.
@@ -74,7 +82,8 @@ def test_the_book_runs_quoted_are_those_of_chapters_records():
         f"the `gpu` preset on one {gpu['device']} trained its {gpu['steps']:,} updates in "
         f"{gpu['train_minutes']:.1f} minutes ({gpu['wall_minutes']:.1f} minutes with every evaluation) and scored "
         f"{gpu['test_bleu_beam']:.1f} sacreBLEU",
-        f"took {cpu['train_minutes']:.0f} minutes of training for {cpu['test_bleu_beam']:.1f}",
+        f"the `cpu` preset on a {_cores_and_brand(cpu['device'])} took {cpu['train_minutes']:.0f} minutes of "
+        f"training for {cpu['test_bleu_beam']:.1f}",
     ):
         assert quoted in readme, f"README.md should say, as chapters/records/ does: {quoted!r}"
     setup = _one_line((REPO_ROOT / "book" / "setup.md").read_text(encoding="utf-8"))
