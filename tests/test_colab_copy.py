@@ -192,6 +192,14 @@ def test_links_between_pages_go_to_the_online_book():
     assert conv.inline("[PyTorch](https://pytorch.org)") == "[PyTorch](https://pytorch.org)"
 
 
+def test_a_container_leaves_its_content_as_markdown():
+    conv = colab.Converter({}, {}, "https://example.org/", "chapters/x.ipynb")
+    table = "| Family | Cost |\n| --- | --- |\n| Linformer [chapter 2](02_attention.ipynb) | $O(T k d)$ |"
+    out = conv.convert(f"Before.\n\n```{{container}} cards-on-phone\n{table}\n```\n\nAfter.")
+    assert out == "Before.\n\n" + table.replace("02_attention.ipynb", "https://example.org/chapters/02_attention.html") \
+        + "\n\nAfter."
+
+
 def test_unknown_markup_stops_the_conversion():
     conv = colab.Converter({}, {}, "https://example.org/", "chapters/x.ipynb")
     with pytest.raises(colab.ConversionError, match="directive"):

@@ -192,6 +192,8 @@ class Converter:
                 return f"<details>\n<summary>{self.inline(title)}</summary>\n\n{inner}\n\n</details>"
             lines = [f"**{self.inline(title)}**", "", *inner.splitlines()]
             return "\n".join(f"> {line}".rstrip() for line in lines)
+        if name == "container":  # a class for the book's stylesheet (such as cards-on-phone): the body stays
+            return self.convert(body).strip("\n")
         if name == "glue:md" or name == "glue":
             data = self._glued(arg)
             return (data.get("text/markdown") or format_plain_text(data.get("text/plain", ""), "")).strip()

@@ -52,3 +52,16 @@ window.addEventListener("load", () => {
     pending = setTimeout(focusableWideEquations, 200);
   });
 });
+
+// A table in a `cards-on-phone` container is shown as one card per row on a phone (book.css): each cell gets its
+// column's head as a label, which the stylesheet writes before the cell's text.
+document.addEventListener("DOMContentLoaded", () => {
+  for (const table of document.querySelectorAll(".cards-on-phone table")) {
+    const heads = Array.from(table.querySelectorAll("thead th"), (th) => th.textContent.trim());
+    for (const row of table.querySelectorAll("tbody tr")) {
+      row.querySelectorAll("td").forEach((cell, column) => {
+        if (heads[column]) cell.dataset.label = heads[column];
+      });
+    }
+  }
+});

@@ -281,7 +281,10 @@ _PHONE_JS = r"""
   const wideFigures = Array.from(document.querySelectorAll('article img'))
     .filter(img => { const r = img.getBoundingClientRect(); return r.width > 0 && (r.right > window.innerWidth + 1 || r.left < -1); })
     .map(img => img.getAttribute('src'));
-  return {overflow: document.documentElement.scrollWidth - window.innerWidth, clippedMath, wideFigures};
+  const wideCards = Array.from(document.querySelectorAll('article .cards-on-phone table'))
+    .filter(t => t.scrollWidth > t.parentElement.clientWidth + 1)
+    .map(t => (t.querySelector('th, td') || t).textContent.trim().slice(0, 40));
+  return {overflow: document.documentElement.scrollWidth - window.innerWidth, clippedMath, wideFigures, wideCards};
 }
 """
 
@@ -441,13 +444,16 @@ class BookChecker:
             tab.goto(self.url_of(page), wait_until="load")
             tab.evaluate(_WAIT_MATHJAX_JS)
             phone = tab.evaluate(_PHONE_JS)
-            checks += 3
+            checks += 4
             if phone["overflow"] > 1:
                 problems.append(f"at phone width ({PHONE['width']} px) the page scrolls sideways by {phone['overflow']} px")
             for tex in phone["clippedMath"]:
                 problems.append(f"at phone width a display equation is cut off instead of scrolling in its box: {tex!r}")
             for src in phone["wideFigures"]:
                 problems.append(f"at phone width a figure sticks out of the screen: {src}")
+            for head in phone["wideCards"]:
+                problems.append(f"at phone width a cards-on-phone table scrolls sideways instead of showing a card "
+                                f"per row (book.css, book.js): the table starting {head!r}")
             if self.screenshots is not None:
                 self._screenshot(tab, page, "phone")
         except PlaywrightError as err:

@@ -76,6 +76,9 @@ except ImportError:
 step  loss  accuracy  tokens/s  seconds  learning rate  gradient norm  skipped  memory</pre></div></div>""",
     "clipped_math.html": r'<div class="math notranslate nohighlight" style="overflow: hidden">\[LONG_SUM\]</div>',
     "wide_figure.html": '<img src="_images/figure.png" alt="a figure drawn wider than a phone" style="width: 600px">',
+    "uncarded_table.html": '<div class="cards-on-phone"><table><thead><tr><th>Family</th><th>What it changes</th></tr>'
+                           '</thead><tbody><tr><td>Longformer</td><td style="white-space: nowrap">a sliding window, '
+                           'plus a few global tokens that attend to every position</td></tr></tbody></table></div>',
     "other.html": '<section id="sec"><h2>Section</h2><p>Text.</p></section>',
     # A display equation whose closing $$ was lost: MyST leaves the TeX as text.
     "broken_math.html": r"<p>$$ \frac{QK^\top}{\sqrt{d_k}}</p><p>More text.</p>",
@@ -199,6 +202,10 @@ def test_equation_cut_off_on_a_phone_is_caught(reports):
 
 def test_figure_wider_than_a_phone_is_caught(reports):
     _assert_caught(reports["wide_figure.html"], "at phone width a figure sticks out of the screen: _images/figure.png")
+
+
+def test_cards_on_phone_table_that_still_scrolls_is_caught(reports):
+    _assert_caught(reports["uncarded_table.html"], "a cards-on-phone table scrolls sideways", "'Family'")
 
 
 def test_the_line_length_comes_from_ruff(tmp_path):
