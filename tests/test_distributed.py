@@ -35,17 +35,25 @@ from transformer_book.run import train
 import dataclasses
 preset = dataclasses.replace(PRESETS["smoke"], dropout=0.0, train_subset=160, max_tokens=400, epochs=1, amp="off")
 device = start_distributed()
-run = train(preset, sys.argv[1], device=device, max_steps=int(sys.argv[3]), progress=False)
-if dist.get_rank() == 0:
-    json.dump(run.to_json()["train_state"], open(sys.argv[2], "w"))
-dist.destroy_process_group()
+try:
+    run = train(preset, sys.argv[1], device=device, max_steps=int(sys.argv[3]), progress=False)
+    if dist.get_rank() == 0:
+        json.dump(run.to_json()["train_state"], open(sys.argv[2], "w"))
+finally:
+    dist.destroy_process_group()  # a gloo group left to the interpreter's exit aborts the process (SIGABRT)
 """
 
 
 def torchrun(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "src"), "OMP_NUM_THREADS": "1"}
+    # PYTHONFAULTHANDLER: a process killed by a signal prints the Python line each of its threads was on.
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "src"), "OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1"}
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", *args]
     return subprocess.run(command, capture_output=True, text=True, env=env, cwd=cwd, timeout=600)
+
+
+def failed(result: subprocess.CompletedProcess) -> str:
+    """All that the processes wrote: a worker's traceback comes before torchrun's long summary, so no tail will do."""
+    return f"exit status {result.returncode}\n--- stdout ---\n{result.stdout}\n--- stderr ---\n{result.stderr}"
 
 
 def test_shards_cover_the_batch_and_a_missing_row_adds_no_token():
@@ -64,7 +72,7 @@ def test_shards_cover_the_batch_and_a_missing_row_adds_no_token():
 def test_two_processes_match_one_and_their_checkpoint_resumes_in_one(tmp_path):
     (tmp_path / "worker.py").write_text(WORKER, encoding="utf-8")
     result = torchrun("worker.py", str(tmp_path / "ddp"), str(tmp_path / "ddp.json"), str(STEPS), cwd=tmp_path)
-    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.returncode == 0, failed(result)
     two = json.loads((tmp_path / "ddp.json").read_text())
     one = train(PRESET, tmp_path / "single", device=CPU, max_steps=STEPS, progress=False).to_json()["train_state"]
     assert two["step"] == one["step"] == STEPS
@@ -80,7 +88,7 @@ def test_two_processes_match_one_and_their_checkpoint_resumes_in_one(tmp_path):
 def test_command_line_under_torchrun_trains_and_writes_one_checkpoint(tmp_path):
     result = torchrun("-m", "transformer_book", "train", "--preset", "smoke", "--out", str(tmp_path / "run"),
                       "--max-steps", "3", cwd=tmp_path)
-    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.returncode == 0, failed(result)
     assert result.stdout.count("stopped after 3 updates") == 1  # printed by process 0 only
     saved = json.loads((tmp_path / "run" / "last" / "checkpoint.json").read_text())
     assert saved["train_state"]["step"] == 3
