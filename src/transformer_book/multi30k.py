@@ -8,7 +8,6 @@ __all__ = ['MULTI30K_COMMIT', 'MULTI30K_URL', 'MULTI30K_BRANCH_URL', 'MULTI30K_F
 import http.client
 import os
 import signal
-import tempfile
 import threading
 import time
 import urllib.error
@@ -126,16 +125,19 @@ def _download_verified(name: str, folder: Path) -> None:
     """Download one file into `folder`, verified, leaving no `.part` file behind, even on SIGTERM."""
     in_main_thread = threading.current_thread() is threading.main_thread()  # only there can signals be handled
     previous = signal.signal(signal.SIGTERM, _raise_on_sigterm) if in_main_thread else None
+    part_files: list[Path] = []  # every temporary file, listed before it is created
     try:
-        _download_attempts(name, folder)
-    except _Terminated:
-        raise SystemExit(128 + signal.SIGTERM) from None  # the temporary file is gone by now: exit as asked
+        _download_attempts(name, folder, part_files)
+    except _Terminated:  # it can come between any two lines, outside the `try` that removes a file
+        for part in part_files:
+            part.unlink(missing_ok=True)
+        raise SystemExit(128 + signal.SIGTERM) from None  # no temporary file left: exit as asked
     finally:
         if in_main_thread:
             signal.signal(signal.SIGTERM, previous)
 
 
-def _download_attempts(name: str, folder: Path) -> None:
+def _download_attempts(name: str, folder: Path, part_files: list[Path]) -> None:
     url, expected = f"{MULTI30K_URL}/{name}", MULTI30K_FILES[name]
     failures = []  # what went wrong in each attempt, for the error message
     deadline = time.monotonic() + _DOWNLOAD_DEADLINE_S  # for all the attempts together
@@ -143,9 +145,8 @@ def _download_attempts(name: str, folder: Path) -> None:
         if time.monotonic() >= deadline:
             break
         # the temporary file sits in the target folder, so that os.replace is a rename, never a copy
-        fd, tmp_name = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".part")
-        os.close(fd)
-        tmp = Path(tmp_name)
+        tmp = folder / f".{name}.{os.urandom(6).hex()}.part"
+        part_files.append(tmp)
         try:
             _fetch(url, tmp, MULTI30K_SIZES.get(name), deadline)
             if (actual := file_sha256(tmp)) == expected:
