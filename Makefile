@@ -85,6 +85,11 @@ browser:
 	  fi; }
 
 book: setup-book
+	@# Sphinx copies book/static/ only when it writes a page: a change to the stylesheet or the script alone would
+	@# not reach _build/html. Touching the landing page makes it write one.
+	@for f in book/static/*; do \
+	  if [ -f _build/html/_static/$$(basename $$f) ] && ! cmp -s $$f _build/html/_static/$$(basename $$f); then \
+	    touch book/intro.md; fi; done
 	@# A failed build leaves Sphinx's cache believing the failing pages are done; drop it so the
 	@# next run reports the same warnings again instead of passing.
 	$(BIN)/jupyter-book build . -W --keep-going || { rm -rf _build/.doctrees; exit 1; }
