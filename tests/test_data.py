@@ -722,3 +722,28 @@ def test_sigterm_during_a_download_leaves_no_part_file(tmp_path, drip_server):
     child.send_signal(signal.SIGTERM)
     assert child.wait(timeout=30) == 128 + signal.SIGTERM
     assert not list(folder.glob("*.part")) and not list(folder.glob(".*.part"))
+
+
+def test_sigterm_in_the_clean_up_itself_leaves_no_part_file(tmp_path, monkeypatch):
+    """The signal can land on any line: here just as the failed attempt's `finally` starts to remove its file."""
+    def broken_transfer(url, dest, *args):
+        dest.write_bytes(b"the first bytes")
+        raise ConnectionError("the transfer broke off")
+
+    real_unlink, unlinked = Path.unlink, []
+
+    def unlink_after_a_sigterm(path, missing_ok=False):
+        unlinked.append(path)
+        if len(unlinked) == 1:  # the handler raises where the signal lands: before this first removal
+            multi30k._raise_on_sigterm(signal.SIGTERM, None)
+        real_unlink(path, missing_ok=missing_ok)
+
+    monkeypatch.setattr(multi30k, "_fetch", broken_transfer)
+    monkeypatch.setattr(multi30k, "MULTI30K_FILES", {"x.gz": "0" * 64})
+    monkeypatch.setattr(Path, "unlink", unlink_after_a_sigterm)
+    with pytest.raises(SystemExit) as stopped:
+        multi30k._download_verified("x.gz", tmp_path)
+    monkeypatch.undo()
+    assert stopped.value.code == 128 + signal.SIGTERM
+    assert unlinked[0].suffix == ".part"  # the signal did land in the clean-up of a temporary file
+    assert list(tmp_path.iterdir()) == []
