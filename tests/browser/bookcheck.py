@@ -281,10 +281,11 @@ _PHONE_JS = r"""
   const wideFigures = Array.from(document.querySelectorAll('article img'))
     .filter(img => { const r = img.getBoundingClientRect(); return r.width > 0 && (r.right > window.innerWidth + 1 || r.left < -1); })
     .map(img => img.getAttribute('src'));
-  const wideCards = Array.from(document.querySelectorAll('article .cards-on-phone table'))
-    .filter(t => t.scrollWidth > t.parentElement.clientWidth + 1)
-    .map(t => (t.querySelector('th, td') || t).textContent.trim().slice(0, 40));
-  return {overflow: document.documentElement.scrollWidth - window.innerWidth, clippedMath, wideFigures, wideCards};
+  // A table wider than its box by more than a border's width: its last columns are off the screen.
+  const wideTables = Array.from(document.querySelectorAll('article table'))
+    .filter(t => t.scrollWidth > t.parentElement.clientWidth + 2)
+    .map(t => [(t.querySelector('th, td') || t).textContent.trim().slice(0, 40), Boolean(t.closest('.cards-on-phone'))]);
+  return {overflow: document.documentElement.scrollWidth - window.innerWidth, clippedMath, wideFigures, wideTables};
 }
 """
 
@@ -451,9 +452,14 @@ class BookChecker:
                 problems.append(f"at phone width a display equation is cut off instead of scrolling in its box: {tex!r}")
             for src in phone["wideFigures"]:
                 problems.append(f"at phone width a figure sticks out of the screen: {src}")
-            for head in phone["wideCards"]:
-                problems.append(f"at phone width a cards-on-phone table scrolls sideways instead of showing a card "
-                                f"per row (book.css, book.js): the table starting {head!r}")
+            for head, carded in phone["wideTables"]:
+                if carded:
+                    problems.append(f"at phone width a cards-on-phone table scrolls sideways instead of showing a "
+                                    f"card per row (book.css, book.js): the table starting {head!r}")
+                else:
+                    problems.append(f"at phone width a table scrolls sideways and hides its last columns: narrow it or "
+                                    f"put it in a {{container}} cards-on-phone (CONTRIBUTING.md, 'Tables on a "
+                                    f"phone'): the table starting {head!r}")
             if self.screenshots is not None:
                 self._screenshot(tab, page, "phone")
         except PlaywrightError as err:

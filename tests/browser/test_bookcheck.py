@@ -79,6 +79,9 @@ step  loss  accuracy  tokens/s  seconds  learning rate  gradient norm  skipped  
     "uncarded_table.html": '<div class="cards-on-phone"><table><thead><tr><th>Family</th><th>What it changes</th></tr>'
                            '</thead><tbody><tr><td>Longformer</td><td style="white-space: nowrap">a sliding window, '
                            'plus a few global tokens that attend to every position</td></tr></tbody></table></div>',
+    "wide_table.html": '<table><thead><tr><th>Layer type</th><th>Complexity per layer</th></tr></thead><tbody><tr>'
+                       '<td>Self-attention</td><td style="white-space: nowrap">O(n^2 d) operations, every pair of '
+                       'positions compared</td></tr></tbody></table>',
     "other.html": '<section id="sec"><h2>Section</h2><p>Text.</p></section>',
     # A display equation whose closing $$ was lost: MyST leaves the TeX as text.
     "broken_math.html": r"<p>$$ \frac{QK^\top}{\sqrt{d_k}}</p><p>More text.</p>",
@@ -206,6 +209,10 @@ def test_figure_wider_than_a_phone_is_caught(reports):
 
 def test_cards_on_phone_table_that_still_scrolls_is_caught(reports):
     _assert_caught(reports["uncarded_table.html"], "a cards-on-phone table scrolls sideways", "'Family'")
+
+
+def test_a_table_wider_than_a_phone_is_caught(reports):
+    _assert_caught(reports["wide_table.html"], "a table scrolls sideways and hides its last columns", "'Layer type'")
 
 
 def test_the_line_length_comes_from_ruff(tmp_path):
