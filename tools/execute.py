@@ -10,6 +10,7 @@ TRANSFORMER_BOOK_PRESET, when set in the environment, reaches the kernel unchang
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
 import time
@@ -46,6 +47,37 @@ def drop_progress_bars(nb: nbformat.NotebookNode) -> int:
     return removed
 
 
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
+
+
+def drop_unused_widget_state(nb: nbformat.NotebookNode) -> int:
+    """Remove the saved state of the widgets that no output shows; return how many widget models were removed.
+
+    Jupyter saves every widget's state in the notebook's metadata, the progress bars' too (each bar is six models),
+    and the book's pages embed it whole: chapter 10's thirty epochs left 266 kB of it on a page that shows no bar.
+    A shown widget keeps its model and every model that model names (its layout, its style, its children).
+    """
+    saved = nb.metadata.get("widgets", {}).get(WIDGET_STATE)
+    if not saved:
+        return 0
+    models = saved.get("state", {})
+    todo = [output["data"][WIDGET_VIEW]["model_id"] for cell in nb.cells if cell.cell_type == "code"
+            for output in cell.get("outputs", []) if WIDGET_VIEW in output.get("data", {})]
+    kept: set[str] = set()
+    while todo:
+        model_id = todo.pop()
+        if model_id in kept or model_id not in models:
+            continue
+        kept.add(model_id)
+        todo += re.findall(r"IPY_MODEL_(\w+)", json.dumps(models[model_id].get("state", {})))
+    removed = len(models) - len(kept)
+    saved["state"] = {model_id: model for model_id, model in models.items() if model_id in kept}
+    if not saved["state"]:
+        del nb.metadata["widgets"]
+    return removed
+
+
 def execute(path: Path) -> float:
     """Execute the notebook at `path` in place; return the wall time in seconds."""
     nb = nbformat.read(path, as_version=nbformat.NO_CONVERT)
@@ -62,6 +94,7 @@ def execute(path: Path) -> float:
     client.execute()
     elapsed = time.perf_counter() - start
     drop_progress_bars(nb)
+    drop_unused_widget_state(nb)
     nbformat.validate(nb)
     nbformat.write(nb, path)
     return elapsed
