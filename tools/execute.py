@@ -54,7 +54,7 @@ WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 def drop_unused_widget_state(nb: nbformat.NotebookNode) -> int:
     """Remove the saved state of the widgets that no output shows; return how many widget models were removed.
 
-    Jupyter saves every widget's state in the notebook's metadata, the progress bars' too (each bar is six models),
+    Jupyter saves every widget's state in the notebook's metadata, the progress bars' too (eleven models a bar),
     and the book's pages embed it whole: chapter 10's thirty epochs left 266 kB of it on a page that shows no bar.
     A shown widget keeps its model and every model that model names (its layout, its style, its children).
     """
