@@ -147,6 +147,29 @@ def test_the_copy_keeps_every_code_cell(copy, path):
     assert converted.metadata.get("colab") == source.metadata.get("colab")
 
 
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_what_the_page_folds_is_folded_on_colab_and_in_jupyterlab(copy, path):
+    """A cell whose code the page folds opens on Colab as a form (code behind "Show code"); no other cell does."""
+    converted = nbformat.read(copy / path.relative_to(REPO_ROOT), as_version=4)
+    for cell in converted.cells:
+        if cell.cell_type != "code":
+            continue
+        tags = set(cell.metadata.get("tags", []))
+        hidden = cell.metadata.get("jupyter", {})
+        folds_code = bool(tags & {"hide-input", "hide-cell"})
+        assert (cell.metadata.get("cellView") == "form") == folds_code, (cell.id, tags)
+        assert hidden.get("source_hidden", False) == folds_code, (cell.id, tags)
+        assert hidden.get("outputs_hidden", False) == bool(tags & {"hide-output", "hide-cell"}), (cell.id, tags)
+
+
+def test_folding_tags_are_on_some_cells():
+    """The test above checks something: chapters fold code (exercise solutions, drawing code)."""
+    tags = [set(c.metadata.get("tags", [])) for path in CHAPTERS
+            for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"]
+    assert sum(bool(t & {"hide-input", "hide-cell"}) for t in tags) > 50
+    assert any("hide-output" in t for t in tags)
+
+
 def test_what_the_chapters_read_from_the_repository_is_in_the_copy(copy):
     records = sorted(p.name for p in (REPO_ROOT / "chapters" / "records").glob("*.json"))
     assert records, "chapters/records/ holds no run record"

@@ -12,7 +12,10 @@ chapter, with the same relative paths, that any notebook front end renders:
 - a citation becomes "(Author et al., year)", linked to the paper;
 - a link to another page of the book points at that page of the published book (html.baseurl in _config.yml).
 
-Code cells and their outputs are kept as they are; the outputs that only carried glued values are dropped.
+Code cells and their outputs are kept as they are; the outputs that only carried glued values are dropped. A code
+cell the page folds (tags hide-input, hide-cell, hide-output) is folded there too: its cell metadata gets Colab's
+`cellView: form` (code hidden behind "Show code") and Jupyter's `source_hidden`/`outputs_hidden`, so the page's
+"the folded cell" reads true on Colab and in JupyterLab.
 Everything else a chapter reads from the repository (chapter 10's run records in chapters/records/) is copied
 beside it. `.github/workflows/book.yml` publishes the copy to the branch that the Colab buttons open
 (repository.branch in _config.yml); the notebooks in chapters/ stay the source.
@@ -41,6 +44,9 @@ from pybtex.database import parse_file
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 GLUE_PREFIX = "application/papermill.record/"
+# The page's folding tags, and what each hides: the code, the output, or both.
+FOLDS_SOURCE = {"hide-input", "hide-cell"}
+FOLDS_OUTPUT = {"hide-output", "hide-cell"}
 # What a chapter reads from the repository, relative to the repository's root: copied with the chapters.
 DATA_FOLDERS = ("chapters/records",)
 # The note at the top of the branch the Colab buttons open.
@@ -254,7 +260,18 @@ def convert_notebook(nb: nbformat.NotebookNode, citations: dict, baseurl: str, p
         elif cell.cell_type == "code":
             cell.outputs = [o for o in cell.outputs
                             if not any(key.startswith(GLUE_PREFIX) for key in o.get("data", {}))]
+            fold_as_the_page_does(cell)
     return nb
+
+
+def fold_as_the_page_does(cell: nbformat.NotebookNode) -> None:
+    """Set the metadata with which Colab and JupyterLab fold what the page's hide-* tags fold."""
+    tags = set(cell.metadata.get("tags", []))
+    if tags & FOLDS_SOURCE:
+        cell.metadata["cellView"] = "form"  # Colab: the code behind a "Show code" link
+        cell.metadata.setdefault("jupyter", {})["source_hidden"] = True
+    if tags & FOLDS_OUTPUT:
+        cell.metadata.setdefault("jupyter", {})["outputs_hidden"] = True
 
 
 def chapter_paths(repo_root: Path = REPO_ROOT) -> list[Path]:
