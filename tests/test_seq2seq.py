@@ -8,8 +8,9 @@ from hypothesis import strategies as st
 from torch.testing import assert_close
 
 from transformer_book.seq2seq import BOS_ID, PAD_ID, AdditiveAttention, RecurrentSeq2Seq, make_copy_batch
+from transformer_book.tokens import EOS_ID, SPECIAL_TOKENS, UNK_ID
 
-VOCAB = 10  # 8 symbols, PAD_ID and BOS_ID
+VOCAB = 8 + len(SPECIAL_TOKENS)  # 8 symbols after the special ids
 
 
 def _padding_mask(lengths: list[int], total: int) -> torch.Tensor:
@@ -139,7 +140,7 @@ def test_one_vector_model_reads_only_the_last_state():
     [
         (torch.tensor([[3.0, 4.0]]), torch.tensor([[1]]), TypeError, "torch.long"),
         (torch.tensor([3, 4]), torch.tensor([[1]]), ValueError, r"source\[None\]"),
-        (torch.tensor([[3, 12]]), torch.tensor([[1]]), ValueError, "ids 0 .. 9"),
+        (torch.tensor([[3, 12]]), torch.tensor([[1]]), ValueError, "ids 0 .. 11"),
         (torch.tensor([[0, 3]]), torch.tensor([[1]]), ValueError, "start with a real token"),
         (torch.tensor([[3, 0, 4]]), torch.tensor([[1]]), ValueError, "padding at the end"),
         (torch.tensor([[3, 4]]), torch.tensor([[1], [1]]), ValueError, "one per source"),
@@ -149,6 +150,40 @@ def test_model_bad_input_is_named(source, target_in, error, message):
     model = RecurrentSeq2Seq(VOCAB, embed_size=4, hidden_size=6)
     with pytest.raises(error, match=message):
         model(source, target_in)
+
+
+def test_generate_starts_on_the_source_device(monkeypatch):
+    """generate's first token (BOS_ID) is made on the source's device, not always on the CPU."""
+    model = RecurrentSeq2Seq(VOCAB, embed_size=4, hidden_size=6)
+    source = torch.full((2, 3), 5, device="meta")  # meta: a device other than the CPU that every machine has
+    seen = []
+
+    def fake_encode(source):
+        return torch.empty(2, 3, 6, device="meta"), torch.empty(1, 2, 6, device="meta"), source != PAD_ID
+
+    def fake_decode(token, states, last, mask, state=None):
+        seen.append(token.device)
+        return torch.empty(2, 1, VOCAB, device="meta"), torch.empty(2, 1, 3, device="meta"), last
+
+    monkeypatch.setattr(model, "encode", fake_encode)
+    monkeypatch.setattr(model, "decode", fake_decode)
+    tokens, _ = model.generate(source, 2)
+    assert seen == [source.device, source.device] and tokens.device == source.device
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("attention", [False, True])
+def test_model_runs_on_a_gpu(attention):
+    """forward and generate on CUDA (pack_padded_sequence needs its lengths on the CPU) match the CPU results."""
+    torch.manual_seed(0)
+    model = RecurrentSeq2Seq(VOCAB, embed_size=4, hidden_size=6, attention=attention).double()
+    source, target_in, _ = make_copy_batch(3, 8, (2, 5), torch.Generator().manual_seed(0))
+    logits, _ = model(source, target_in)
+    tokens, _ = model.generate(source, 4)
+    gpu_logits, _ = model.cuda()(source.cuda(), target_in.cuda())
+    gpu_tokens, _ = model.generate(source.cuda(), 4)
+    assert_close(gpu_logits.cpu(), logits)
+    assert (gpu_tokens.cpu() == tokens).all()
 
 
 # --- the copy task --------------------------------------------------------------------------------------
@@ -161,10 +196,18 @@ def test_copy_batch():
     assert_close(target, source)
     assert (target_in[:, 0] == BOS_ID).all() and (target_in[:, 1:] == target[:, :-1]).all()
     real = source != PAD_ID
-    assert (source[real] >= 2).all() and (source[real] <= 9).all()
+    first = len(SPECIAL_TOKENS)
+    assert (source[real] >= first).all() and (source[real] < first + 8).all()
     assert not (real[:, 1:] & ~real[:, :-1]).any(), "padding only at the end"
     with pytest.raises(ValueError, match="shortest <= longest"):
         make_copy_batch(4, 8, (5, 3))
+
+
+def test_copy_batch_never_uses_a_special_id_as_data():
+    """EOS_ID and UNK_ID are reserved: a decoder that stops at EOS_ID must not stop inside a copied sequence."""
+    source, _, _ = make_copy_batch(200, 3, (16, 16), torch.Generator().manual_seed(0))
+    assert source.unique().tolist() == list(range(len(SPECIAL_TOKENS), len(SPECIAL_TOKENS) + 3))
+    assert not ((source == EOS_ID) | (source == UNK_ID) | (source == BOS_ID)).any()
 
 
 def _copy_accuracy(attention: bool, length: int = 10, steps: int = 150) -> float:

@@ -10,7 +10,7 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from .checks import check_token_ids
-from .tokens import BOS_ID, PAD_ID  # padding after a short source, the decoder's first input
+from .tokens import BOS_ID, PAD_ID, SPECIAL_TOKENS  # PAD_ID pads, BOS_ID starts the decoder
 
 # %% ../../chapters/02_attention.ipynb #5e2a0c05
 def _check_additive_inputs(
@@ -108,8 +108,8 @@ class RecurrentSeq2Seq(nn.Module):
         _check_tokens("source", source, self.vocab_size)
         mask = source != PAD_ID  # (B, T_src): True for real tokens
         packed = pack_padded_sequence(
-            self.source_embedding(source), mask.sum(-1), batch_first=True, enforce_sorted=False
-        )
+            self.source_embedding(source), mask.sum(-1).cpu(), batch_first=True, enforce_sorted=False
+        )  # pack_padded_sequence wants the lengths on the CPU, wherever the source is
         states, last = self.encoder(packed)  # last: (1, B, D_hid), taken at each sequence's own length
         states, _ = pad_packed_sequence(states, batch_first=True, total_length=source.size(1))  # (B, T_src, D_hid)
         return states, last, mask
@@ -138,7 +138,7 @@ class RecurrentSeq2Seq(nn.Module):
     def generate(self, source: Tensor, length: int) -> tuple[Tensor, Tensor | None]:
         """Greedy decoding of `length` tokens: (B, length) ids, and weights (B, length, T_src) or None."""
         states, last, mask = self.encode(source)
-        token = torch.full((source.size(0), 1), BOS_ID, dtype=torch.long)  # (B, 1)
+        token = torch.full((source.size(0), 1), BOS_ID, dtype=torch.long, device=source.device)  # (B, 1)
         state, tokens, weights = None, [], []
         for _ in range(length):
             logits, step_weights, state = self.decode(token, states, last, mask, state)  # (B, 1, vocab_size)
@@ -155,13 +155,15 @@ def make_copy_batch(
     """Random sequences to copy, each of a length drawn from lengths = (shortest, longest), padded with PAD_ID.
 
     Returns source (B, T), target_in (B, T) = BOS_ID then the target shifted right, and target (B, T) = source.
-    Symbols are the ids 2 .. num_symbols + 1, so a model needs vocab_size = num_symbols + 2.
+    Symbols take the num_symbols ids right after the special tokens, from len(SPECIAL_TOKENS) on (so EOS_ID and
+    UNK_ID never appear as data), and a model needs vocab_size = num_symbols + len(SPECIAL_TOKENS).
     """
     shortest, longest = lengths
     if not 1 <= shortest <= longest:
         raise ValueError(f"lengths must be (shortest, longest) with 1 <= shortest <= longest; got {lengths}")
     length = torch.randint(shortest, longest + 1, (batch_size,), generator=generator)  # (B,)
-    symbols = torch.randint(2, num_symbols + 2, (batch_size, longest), generator=generator)  # (B, T)
+    first = len(SPECIAL_TOKENS)  # the first id that is not a special token
+    symbols = torch.randint(first, first + num_symbols, (batch_size, longest), generator=generator)  # (B, T)
     real = torch.arange(longest) < length[:, None]  # (B, T): True inside each sequence
     source = symbols.masked_fill(~real, PAD_ID)[:, : length.max()]  # (B, T), trimmed to the longest drawn
     target = source.clone()  # copying: the target is the source
