@@ -223,6 +223,22 @@ def test_load_torch_weights_checks_shapes():
         load_torch_weights(RNNCell(3, 4), nn.RNN(3, 4, bias=False))
 
 
+@pytest.mark.parametrize("module", [nn.RNN(3, 4, nonlinearity="relu"), nn.RNNCell(3, 4, nonlinearity="relu")])
+def test_load_torch_weights_refuses_a_relu_rnn(module):
+    with pytest.raises(ValueError, match=r"nonlinearity='relu', but RNNCell computes tanh"):
+        load_torch_weights(RNNCell(3, 4), module)
+
+
+@pytest.mark.parametrize(
+    ("cell", "module"),
+    [(GRUCell(3, 4), nn.GRU(3, 4, bidirectional=True)), (RNNCell(3, 4), nn.RNN(3, 4, num_layers=2)),
+     (LSTMCell(3, 4), nn.LSTM(3, 4, num_layers=2, bidirectional=True))],
+)
+def test_load_torch_weights_refuses_several_layers_or_directions(cell, module):
+    with pytest.raises(ValueError, match=r"num_layers=\d, bidirectional=\w+, but the cell is one layer"):
+        load_torch_weights(cell, module)
+
+
 def test_with_spectral_radius():
     torch.manual_seed(4)
     weight = torch.randn(6, 6, dtype=torch.float64)
@@ -231,8 +247,14 @@ def test_with_spectral_radius():
         assert_close(torch.linalg.eigvals(scaled).abs().max().item(), radius)
     with pytest.raises(ValueError, match=r"square matrix \(D, D\), got shape \(2, 3\)"):
         with_spectral_radius(torch.randn(2, 3), 1.0)
-    with pytest.raises(ValueError, match=r"radius must be positive, got 0; for example 0.9"):
+    with pytest.raises(ValueError, match=r"radius must be a positive finite number, got 0; for example 0.9"):
         with_spectral_radius(weight, 0)
+
+
+@pytest.mark.parametrize("radius", [float("nan"), float("inf")])
+def test_with_spectral_radius_refuses_nan_and_infinity(radius):
+    with pytest.raises(ValueError, match=rf"radius must be a positive finite number, got {radius}"):
+        with_spectral_radius(torch.randn(4, 4), radius)
 
 
 @pytest.mark.parametrize(

@@ -195,7 +195,18 @@ class GRUCell(nn.Module):
 
 # %% ../../chapters/01_rnn_limits.ipynb #7de126db
 def load_torch_weights(cell: RNNCell | LSTMCell | GRUCell, module: nn.Module) -> None:
-    """Copy the weights of a PyTorch RNN/LSTM/GRU (layer 0, one direction) or its one-step cell into `cell`."""
+    """Copy the weights of a PyTorch RNN/LSTM/GRU (one layer, one direction, tanh) or its one-step cell."""
+    kind = type(module).__name__
+    if getattr(module, "nonlinearity", "tanh") != "tanh":  # nn.RNN and nn.RNNCell can use ReLU
+        raise ValueError(
+            f"{kind} uses nonlinearity={module.nonlinearity!r}, but RNNCell computes tanh; build it with "
+            "nonlinearity='tanh'"
+        )
+    if isinstance(module, nn.RNNBase) and (module.num_layers > 1 or module.bidirectional):
+        raise ValueError(
+            f"{kind} has num_layers={module.num_layers}, bidirectional={module.bidirectional}, but the cell is one "
+            "layer read in one direction; build it with num_layers=1, bidirectional=False"
+        )
     suffix = "_l0" if isinstance(module, nn.RNNBase) else ""
     names = ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
     for name in names:  # check everything before copying anything
@@ -203,7 +214,7 @@ def load_torch_weights(cell: RNNCell | LSTMCell | GRUCell, module: nn.Module) ->
         if source is None or source.shape != target.shape:
             found = None if source is None else tuple(source.shape)
             raise ValueError(
-                f"{type(module).__name__}.{name + suffix} has shape {found}, but the cell needs "
+                f"{kind}.{name + suffix} has shape {found}, but the cell needs "
                 f"{tuple(target.shape)}; build both with the same input_size, hidden_size and bias=True"
             )
     with torch.no_grad():
@@ -219,9 +230,10 @@ def with_spectral_radius(weight: Tensor, radius: float) -> Tensor:
     """
     if weight.dim() != 2 or weight.shape[0] != weight.shape[1]:
         raise ValueError(f"weight must be a square matrix (D, D), got shape {tuple(weight.shape)}")
-    if radius <= 0:
+    if not 0 < radius < math.inf:  # NaN fails too
         raise ValueError(
-            f"radius must be positive, got {radius}; for example 0.9 (gradients vanish) or 2.0 (they explode)"
+            f"radius must be a positive finite number, got {radius}; for example 0.9 (gradients vanish) or 2.0 "
+            "(they explode)"
         )
     weight = weight.detach()
     current = torch.linalg.eigvals(weight).abs().max()  # spectral radius ρ(W)
