@@ -72,7 +72,6 @@ def test_additive_score_is_the_formula():
         (torch.randn(2, 3), torch.randn(1, 4, 4), torch.randn(1, 4, 2), None, "3 dimensions"),
         (torch.randn(1, 2, 5), torch.randn(1, 4, 4), torch.randn(1, 4, 2), None, "queries of width 3"),
         (torch.randn(1, 2, 3), torch.randn(1, 4, 4), torch.randn(1, 5, 2), None, "length L_k"),
-        (torch.randn(1, 2, 3), torch.randn(1, 4, 4), torch.randn(1, 4, 2), torch.ones(1, 4), "boolean"),
         (torch.randn(1, 2, 3), torch.randn(1, 4, 4), torch.randn(1, 4, 2), torch.ones(1, 2, 4).bool(), "(B, L_k)"),
         (torch.randn(2, 2, 3), torch.randn(2, 4, 4), torch.randn(2, 4, 2), _padding_mask([4, 0], 4), "rows [1]"),
     ],
@@ -80,6 +79,41 @@ def test_additive_score_is_the_formula():
 def test_additive_bad_input_is_named(query, key, value, mask, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
         AdditiveAttention(3, 4, 5)(query, key, value, mask)
+
+
+def test_additive_float_mask_is_a_type_error():
+    """A mask of the wrong dtype is a wrong type: TypeError, as in scaled_dot_product_attention."""
+    with pytest.raises(TypeError, match=r"mask must be boolean.*got torch.float32"):
+        AdditiveAttention(3, 4, 5)(torch.randn(1, 2, 3), torch.randn(1, 4, 4), torch.randn(1, 4, 2), torch.ones(1, 4))
+
+
+@pytest.mark.parametrize(
+    ("make", "error", "message"),
+    [
+        (lambda: AdditiveAttention(0, 4, 4), ValueError, "query_size must be an int >= 1; got 0"),
+        (lambda: AdditiveAttention(3, 4, 2.5), TypeError, "attention_size must be an int"),
+        (lambda: RecurrentSeq2Seq(0), ValueError, "vocab_size must be an int >= 2; got 0"),
+        (lambda: RecurrentSeq2Seq(VOCAB, hidden_size=0), ValueError, "hidden_size must be an int >= 1; got 0"),
+        (lambda: RecurrentSeq2Seq(VOCAB, embed_size=4.0), TypeError, "embed_size must be an int"),
+        (lambda: RecurrentSeq2Seq(VOCAB).generate(torch.tensor([[4, 5]]), 0), ValueError, "length must be an int >= 1"),
+        (lambda: make_copy_batch(2, 0, (2, 3)), ValueError, "num_symbols must be an int >= 1; got 0"),
+        (lambda: make_copy_batch(0, 8, (2, 3)), ValueError, "batch_size must be an int >= 1; got 0"),
+    ],
+)
+def test_bad_sizes_are_named(make, error, message):
+    with pytest.raises(error, match=message):
+        make()
+
+
+def test_generate_reads_the_ids_back_once(monkeypatch):
+    """The id range is checked at the entry point, not at every decoding step (each check waits for a GPU)."""
+    import transformer_book.checks as checks
+
+    calls = []
+    original = checks.id_range
+    monkeypatch.setattr(checks, "id_range", lambda tokens: calls.append(tokens.shape) or original(tokens))
+    RecurrentSeq2Seq(VOCAB, embed_size=4, hidden_size=6).generate(torch.tensor([[4, 5, 6]]), 5)
+    assert len(calls) == 1, calls  # the source only
 
 
 # --- RecurrentSeq2Seq ---------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from .checks import check_token_ids
+from .checks import check_int, check_token_ids
 from .tokens import BOS_ID, PAD_ID, SPECIAL_TOKENS  # PAD_ID pads, BOS_ID starts the decoder
 
 # %% ../../chapters/02_attention.ipynb #5e2a0c05
@@ -34,7 +34,9 @@ def _check_additive_inputs(
         )
     if mask is None:
         return
-    if mask.dtype != torch.bool or tuple(mask.shape) != (key.size(0), key.size(1)):
+    if mask.dtype != torch.bool:
+        raise TypeError(f"mask must be boolean, True for real keys; got {mask.dtype}; build it as source != PAD_ID")
+    if tuple(mask.shape) != (key.size(0), key.size(1)):
         raise ValueError(
             f"mask must be boolean of shape (B, L_k) = {(key.size(0), key.size(1))}, True for real keys; got "
             f"{mask.dtype} of shape {tuple(mask.shape)}; build it as source != PAD_ID"
@@ -53,6 +55,8 @@ class AdditiveAttention(nn.Module):
 
     def __init__(self, query_size: int, key_size: int, attention_size: int):
         super().__init__()
+        for name, size in (("query_size", query_size), ("key_size", key_size), ("attention_size", attention_size)):
+            check_int(name, size)
         self.q_proj = nn.Linear(query_size, attention_size, bias=False)  # W_q
         self.k_proj = nn.Linear(key_size, attention_size)  # W_k and the bias b
         self.score_proj = nn.Linear(attention_size, 1, bias=False)  # a
@@ -69,9 +73,12 @@ class AdditiveAttention(nn.Module):
         return weights @ value, weights  # c = sum_j alpha_j v_j: (B, L_q, d_v), and alpha (B, L_q, L_k)
 
 # %% ../../chapters/02_attention.ipynb #5e2a0c11
-def _check_tokens(name: str, tokens: Tensor, vocab_size: int, batch_size: int | None = None) -> None:
-    """Raise ValueError/TypeError, naming what was seen, unless `tokens` is a (B, T) batch of valid ids."""
-    check_token_ids(name, tokens, vocab_size)  # (B, T) integer ids in 0 .. vocab_size - 1 (chapter 1)
+def _check_tokens(name: str, tokens: Tensor, vocab_size: int | None, batch_size: int | None = None) -> None:
+    """Raise ValueError/TypeError, naming what was seen, unless `tokens` is a (B, T) batch of valid ids.
+
+    vocab_size=None checks the shape and dtype only: the id range is read back to the host, once per call.
+    """
+    check_token_ids(name, tokens, vocab_size)  # (B, T) integer ids, in 0 .. vocab_size - 1 if given (chapter 1)
     if batch_size is not None and tokens.size(0) != batch_size:
         raise ValueError(f"{name} has {tokens.size(0)} rows but the source has {batch_size}; give one per source")
     if name == "source":
@@ -95,7 +102,9 @@ class RecurrentSeq2Seq(nn.Module):
 
     def __init__(self, vocab_size: int, embed_size: int = 32, hidden_size: int = 32, attention: bool = True):
         super().__init__()
-        self.vocab_size = vocab_size
+        self.vocab_size = check_int("vocab_size", vocab_size, minimum=max(PAD_ID, BOS_ID) + 1)
+        check_int("embed_size", embed_size)
+        check_int("hidden_size", hidden_size)
         self.source_embedding = nn.Embedding(vocab_size, embed_size, padding_idx=PAD_ID)
         self.target_embedding = nn.Embedding(vocab_size, embed_size, padding_idx=PAD_ID)
         self.encoder = nn.GRU(embed_size, hidden_size, batch_first=True)
@@ -117,8 +126,11 @@ class RecurrentSeq2Seq(nn.Module):
     def decode(
         self, target_in: Tensor, states: Tensor, last: Tensor, mask: Tensor, state: Tensor | None = None
     ) -> tuple[Tensor, Tensor | None, Tensor]:
-        """Logits (B, T_tgt, vocab_size), weights (B, T_tgt, T_src) or None, and the decoder's new state."""
-        _check_tokens("target_in", target_in, self.vocab_size, batch_size=states.size(0))
+        """Logits (B, T_tgt, vocab_size), weights (B, T_tgt, T_src) or None, and the decoder's new state.
+
+        Checks the shape of target_in but not its ids (forward does), so that generate reads nothing back per step.
+        """
+        _check_tokens("target_in", target_in, None, batch_size=states.size(0))
         decoder_states, state = self.decoder(
             self.target_embedding(target_in), last if state is None else state
         )  # s: (B, T_tgt, D_hid)
@@ -131,12 +143,14 @@ class RecurrentSeq2Seq(nn.Module):
 
     def forward(self, source: Tensor, target_in: Tensor) -> tuple[Tensor, Tensor | None]:
         states, last, mask = self.encode(source)
+        _check_tokens("target_in", target_in, self.vocab_size, batch_size=states.size(0))
         logits, weights, _ = self.decode(target_in, states, last, mask)
         return logits, weights
 
     @torch.no_grad()
     def generate(self, source: Tensor, length: int) -> tuple[Tensor, Tensor | None]:
         """Greedy decoding of `length` tokens: (B, length) ids, and weights (B, length, T_src) or None."""
+        check_int("length", length)
         states, last, mask = self.encode(source)
         token = torch.full((source.size(0), 1), BOS_ID, dtype=torch.long, device=source.device)  # (B, 1)
         state, tokens, weights = None, [], []
@@ -158,6 +172,8 @@ def make_copy_batch(
     Symbols take the num_symbols ids right after the special tokens, from len(SPECIAL_TOKENS) on (so EOS_ID and
     UNK_ID never appear as data), and a model needs vocab_size = num_symbols + len(SPECIAL_TOKENS).
     """
+    check_int("batch_size", batch_size)
+    check_int("num_symbols", num_symbols)
     shortest, longest = lengths
     if not 1 <= shortest <= longest:
         raise ValueError(f"lengths must be (shortest, longest) with 1 <= shortest <= longest; got {lengths}")
