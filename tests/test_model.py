@@ -428,3 +428,33 @@ def test_int32_tokens_are_accepted(model):
     src, tgt = random_tokens(2, 4, 40), random_tokens(2, 3, 40)
     with torch.no_grad():
         assert_close(model(src.int(), tgt.int()), model(src, tgt))
+
+
+@pytest.mark.parametrize("training", [False, True])
+def test_torch_copy_keeps_the_mode_of_the_model(training):
+    """A copy of an eval() model must not come back with its dropout switched on."""
+    ours = small_model(dropout=0.1).train(training)
+    theirs = to_torch_transformer(ours)
+    assert theirs.training == training
+    assert all(module.training == training for module in theirs.modules())
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_source_mask_in_the_recurrent_layout_is_refused(norm_first):
+    """A (B, T_src) mask broadcasts as query x key when B equals the lengths: it must be refused, not misread."""
+    torch.manual_seed(0)
+    net = small_model(norm_first=norm_first).eval()
+    src, tgt_in = random_tokens(5, 5, 40, lengths=[5, 4, 3, 5, 2]), random_tokens(5, 5, 40)
+    flat = src != PAD_ID  # (B, T_src), chapter 2's layout
+    message = r"src_mask must have shape \(B, 1, 1, T_src\) with T_src = 5; got \(5, 5\); build it with padding_mask"
+    with pytest.raises(ValueError, match=message):
+        net(src, tgt_in, src_mask=flat)
+    with pytest.raises(ValueError, match=message):
+        net.encode(src, flat)
+    memory = net.encode(src)
+    with pytest.raises(ValueError, match=message):
+        net.decode(tgt_in, memory, flat)
+    with pytest.raises(ValueError, match=r"T_src = 5; got \(5, 1, 1, 4\)"):
+        net.decode(tgt_in, memory, flat[:, None, None, :4])
+    with pytest.raises(TypeError, match=r"src_mask must be a boolean tensor .* got list"):
+        net.encode(src, [[True] * 5] * 5)
