@@ -145,6 +145,25 @@ def test_equivalence_with_torch_transformer_no_padding(norm_first):
     compare_with_torch(norm_first, random_tokens(3, 6, 40), random_tokens(3, 5, 40))
 
 
+@settings(max_examples=12, deadline=None)
+@given(
+    data=st.data(),
+    batch=st.integers(1, 4),
+    src_len=st.integers(1, 8),
+    tgt_len=st.integers(1, 8),
+    norm_first=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_equivalence_with_torch_transformer_over_shapes_and_padding(data, batch, src_len, tgt_len, norm_first, seed):
+    """The same comparison over random batch sizes, lengths and padding (every row keeps one real token)."""
+    src_lengths = data.draw(st.lists(st.integers(1, src_len), min_size=batch, max_size=batch), label="src_lengths")
+    tgt_lengths = data.draw(st.lists(st.integers(1, tgt_len), min_size=batch, max_size=batch), label="tgt_lengths")
+    torch.manual_seed(seed)
+    src = random_tokens(batch, src_len, 40, lengths=src_lengths)
+    tgt_in = random_tokens(batch, tgt_len, 40, lengths=tgt_lengths)
+    compare_with_torch(norm_first, src, tgt_in)
+
+
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_torch_copy_has_final_norms_only_for_pre_norm(norm_first):
     theirs = to_torch_transformer(small_model(norm_first=norm_first))
