@@ -478,3 +478,23 @@ def test_bert_pair_input_rejects_bad_input():
         bert_pair_input([a], [b.int()], **ids)
     with pytest.raises(ValueError, match="three different ids; got 1, 1, 0"):
         bert_pair_input([a], [b], cls_id=1, sep_id=1, pad_id=0)
+
+
+def test_pad_sequences_refuses_sequences_that_are_not_token_ids():
+    with pytest.raises(TypeError, match=r"integer token ids \(torch.long or torch.int32\); got dtype torch.float32"):
+        pad_sequences([torch.tensor([1.0, 2.0]), torch.tensor([3.0])], 0)
+    assert pad_sequences([torch.tensor([1, 2], dtype=torch.int32)], 0).dtype == torch.int32
+
+
+@pytest.mark.parametrize(
+    ("pad_id", "error", "message"),
+    [
+        (None, TypeError, r"pad_id must be an int; got None of type NoneType"),
+        (-1, ValueError, r"pad_id must be an int >= 0; got -1"),
+        (0.0, TypeError, r"pad_id must be an int; got 0.0"),
+    ],
+)
+def test_make_batch_refuses_a_bad_pad_id(pad_id, error, message):
+    src, tgt = torch.tensor([[3, 4, 2]]), torch.tensor([[1, 4, 3, 2]])
+    with pytest.raises(error, match=message):
+        make_batch(src, tgt, pad_id)

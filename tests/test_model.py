@@ -145,6 +145,25 @@ def test_equivalence_with_torch_transformer_no_padding(norm_first):
     compare_with_torch(norm_first, random_tokens(3, 6, 40), random_tokens(3, 5, 40))
 
 
+@settings(max_examples=12, deadline=None)
+@given(
+    data=st.data(),
+    batch=st.integers(1, 4),
+    src_len=st.integers(1, 8),
+    tgt_len=st.integers(1, 8),
+    norm_first=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_equivalence_with_torch_transformer_over_shapes_and_padding(data, batch, src_len, tgt_len, norm_first, seed):
+    """The same comparison over random batch sizes, lengths and padding (every row keeps one real token)."""
+    src_lengths = data.draw(st.lists(st.integers(1, src_len), min_size=batch, max_size=batch), label="src_lengths")
+    tgt_lengths = data.draw(st.lists(st.integers(1, tgt_len), min_size=batch, max_size=batch), label="tgt_lengths")
+    torch.manual_seed(seed)
+    src = random_tokens(batch, src_len, 40, lengths=src_lengths)
+    tgt_in = random_tokens(batch, tgt_len, 40, lengths=tgt_lengths)
+    compare_with_torch(norm_first, src, tgt_in)
+
+
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_torch_copy_has_final_norms_only_for_pre_norm(norm_first):
     theirs = to_torch_transformer(small_model(norm_first=norm_first))
@@ -428,3 +447,33 @@ def test_int32_tokens_are_accepted(model):
     src, tgt = random_tokens(2, 4, 40), random_tokens(2, 3, 40)
     with torch.no_grad():
         assert_close(model(src.int(), tgt.int()), model(src, tgt))
+
+
+@pytest.mark.parametrize("training", [False, True])
+def test_torch_copy_keeps_the_mode_of_the_model(training):
+    """A copy of an eval() model must not come back with its dropout switched on."""
+    ours = small_model(dropout=0.1).train(training)
+    theirs = to_torch_transformer(ours)
+    assert theirs.training == training
+    assert all(module.training == training for module in theirs.modules())
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_source_mask_in_the_recurrent_layout_is_refused(norm_first):
+    """A (B, T_src) mask broadcasts as query x key when B equals the lengths: it must be refused, not misread."""
+    torch.manual_seed(0)
+    net = small_model(norm_first=norm_first).eval()
+    src, tgt_in = random_tokens(5, 5, 40, lengths=[5, 4, 3, 5, 2]), random_tokens(5, 5, 40)
+    flat = src != PAD_ID  # (B, T_src), chapter 2's layout
+    message = r"src_mask must have shape \(B, 1, 1, T_src\) with T_src = 5; got \(5, 5\); build it with padding_mask"
+    with pytest.raises(ValueError, match=message):
+        net(src, tgt_in, src_mask=flat)
+    with pytest.raises(ValueError, match=message):
+        net.encode(src, flat)
+    memory = net.encode(src)
+    with pytest.raises(ValueError, match=message):
+        net.decode(tgt_in, memory, flat)
+    with pytest.raises(ValueError, match=r"T_src = 5; got \(5, 1, 1, 4\)"):
+        net.decode(tgt_in, memory, flat[:, None, None, :4])
+    with pytest.raises(TypeError, match=r"src_mask must be a boolean tensor .* got list"):
+        net.encode(src, [[True] * 5] * 5)

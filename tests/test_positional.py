@@ -262,3 +262,26 @@ def test_rotary_bad_inputs():
         apply_rotary(torch.zeros(3, 8), torch.arange(4))
     with pytest.raises(ValueError, match=r"x must have shape \(\.\.\., T, D_h\); got \(8,\)"):
         apply_rotary(torch.zeros(8))
+
+
+def test_rotary_moves_positions_to_the_device_of_x():
+    """Positions built on the CPU for a tensor on another device are moved, not refused with PyTorch's raw error."""
+    x = torch.zeros(2, 5, 8, device="meta")
+    out = apply_rotary(x, torch.arange(5))
+    assert out.device == x.device and out.shape == x.shape
+    with pytest.raises(TypeError, match=r"positions must be a tensor of shape \(T,\); got list"):
+        apply_rotary(torch.zeros(3, 8), [0, 1, 2])
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        (dict(d_model=0, max_len=10), ValueError, r"d_model must be an int >= 1; got 0"),
+        (dict(d_model=8, max_len=0), ValueError, r"max_len must be an int >= 1; got 0"),
+        (dict(d_model=8.0, max_len=10), TypeError, r"d_model must be an int; got 8.0"),
+        (dict(d_model=8, max_len=True), TypeError, r"max_len must be an int; got True"),
+    ],
+)
+def test_learned_embedding_refuses_bad_sizes(kwargs, error, message):
+    with pytest.raises(error, match=message):
+        LearnedPositionalEmbedding(**kwargs)

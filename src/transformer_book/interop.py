@@ -32,6 +32,7 @@ def to_torch_transformer(model: Transformer) -> nn.Transformer:
     It covers the two stacks only: feed it model.embed(...) outputs, and apply model.generator to its output.
     Its boolean masks mean the opposite of ours (True = may not attend). For post-norm models its final
     encoder and decoder LayerNorms are replaced by nn.Identity: the paper's post-norm stacks have none.
+    The copy comes back in model's mode (training or eval), so that its dropout is on exactly when model's is.
     """
     c = model.config
     weight = model.src_embed.weight
@@ -50,4 +51,4 @@ def to_torch_transformer(model: Transformer) -> nn.Transformer:
             state.update({f"{stack}.layers.{i}.{k}": v for k, v in _torch_layer_state(layer).items()})
         state.update({f"{stack}.norm.{k}": v for k, v in ours.norm.state_dict().items()})  # none if Identity
     torch_model.load_state_dict(state)  # strict: every parameter of torch_model must be given
-    return torch_model
+    return torch_model.train(model.training)  # a new nn.Module starts in training mode

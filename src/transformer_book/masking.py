@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .checks import TOKEN_ID_DTYPES, check_token_ids  # chapter 1's one check of token ids
+from .checks import TOKEN_ID_DTYPES, check_int, check_token_ids  # chapter 1's checks
 
 # %% ../../chapters/05_masking.ipynb #7594c96a
 def pad_sequences(sequences: Sequence[Tensor], pad_id: int) -> Tensor:
@@ -35,6 +35,11 @@ def pad_sequences(sequences: Sequence[Tensor], pad_id: int) -> Tensor:
                 f"all sequences must share one dtype; sequence 0 is {sequences[0].dtype} but sequence {i} is "
                 f"{seq.dtype}; convert them with .long()"
             )
+    if sequences[0].dtype not in TOKEN_ID_DTYPES:
+        raise TypeError(
+            f"sequences must hold integer token ids (torch.long or torch.int32); got dtype {sequences[0].dtype}; "
+            f"convert them with .long()"
+        )
     first = sequences[0]
     out = torch.full(
         (len(sequences), max(len(s) for s in sequences)), pad_id, dtype=first.dtype, device=first.device
@@ -105,6 +110,7 @@ def make_batch(src: Tensor, tgt: Tensor, pad_id: int) -> Batch:
     """
     check_token_ids("src", src)
     check_token_ids("tgt", tgt)
+    check_int("pad_id", pad_id, minimum=0)
     if src.size(0) != tgt.size(0):
         raise ValueError(
             f"src and tgt must hold the same number of sentences (dimension 0); got src {tuple(src.shape)} "

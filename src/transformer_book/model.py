@@ -269,9 +269,27 @@ class Transformer(nn.Module):
         """tokens (B, T) -> (B, T, D): embedding * sqrt(d_model) + positional encoding from `offset` on."""
         return self.positional(embedding(tokens) * math.sqrt(self.config.d_model), offset)  # (B, T, D)
 
+    def _check_src_mask(self, src_mask: Tensor | None, src_len: int) -> None:
+        """src_mask must be None or (B or 1, 1, 1, T_src), the layout padding_mask builds.
+
+        A (B, T_src) mask, the layout of chapter 2's recurrent model, would broadcast as a query x key mask
+        whenever B happens to equal the lengths, and silently mask the wrong positions.
+        """
+        if src_mask is None:
+            return
+        if not isinstance(src_mask, Tensor):
+            got = type(src_mask).__name__
+            raise TypeError(f"src_mask must be a boolean tensor of shape (B, 1, 1, T_src); got {got}")
+        if src_mask.dim() != 4 or src_mask.size(-1) != src_len:
+            raise ValueError(
+                f"src_mask must have shape (B, 1, 1, T_src) with T_src = {src_len}; got {tuple(src_mask.shape)}; "
+                f"build it with padding_mask(src, pad_id), which gives (B, 1, 1, T_src)"
+            )
+
     def encode(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor:
         """src (B, T_src) -> memory (B, T_src, D). src_mask (B, 1, 1, T_src) defaults to the padding mask."""
         check_token_ids("src", src, self.config.src_vocab_size)  # chapter 1's check, ids included
+        self._check_src_mask(src_mask, src.size(1))
         if src_mask is None:
             src_mask = padding_mask(src, self.config.pad_id)  # (B, 1, 1, T_src)
         return self.encoder(self.embed(src, self.src_embed), src_mask)  # (B, T_src, D)
@@ -296,6 +314,7 @@ class Transformer(nn.Module):
         for the device): chapter 8's decoders pass it after their first step, when tgt holds ids the model chose.
         """
         check_token_ids("tgt", tgt, self.config.tgt_vocab_size if check_ids else None)
+        self._check_src_mask(src_mask, memory.size(1))
         offset = len(cache[0].self_attn) if cache is not None else 0  # positions already decoded
         if tgt_mask is None and cache is None:
             tgt_mask = causal_mask(tgt.size(1), tgt.device)  # (T_tgt, T_tgt)
@@ -312,6 +331,7 @@ class Transformer(nn.Module):
     ) -> Tensor:
         """src (B, T_src), tgt_in (B, T_tgt) -> logits (B, T_tgt, vocab_size), for teacher forcing."""
         check_token_ids("src", src)  # shape and dtype before padding_mask reads it; encode checks the ids
+        self._check_src_mask(src_mask, src.size(1))
         if src_mask is None:
             src_mask = padding_mask(src, self.config.pad_id)  # (B, 1, 1, T_src)
         memory = self.encode(src, src_mask)  # (B, T_src, D)

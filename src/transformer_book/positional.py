@@ -80,8 +80,8 @@ class LearnedPositionalEmbedding(nn.Module):
 
     def __init__(self, d_model: int, dropout: float = 0.1, max_len: int = 512):
         super().__init__()
-        self.d_model = d_model
-        self.max_len = max_len
+        self.d_model = check_int("d_model", d_model)
+        self.max_len = check_int("max_len", max_len)  # the number of positions that get a vector
         self.embedding = nn.Embedding(max_len, d_model)  # row p is the vector of position p
         self.dropout = nn.Dropout(dropout)
 
@@ -118,10 +118,13 @@ def apply_rotary(x: Tensor, positions: Tensor | None = None, base: float = PE_BA
     _check_d_model(dim, "the last dimension of x (D_h)")
     if positions is None:
         positions = torch.arange(length, device=x.device)  # (T,)
+    elif not isinstance(positions, Tensor):
+        raise TypeError(f"positions must be a tensor of shape (T,); got {type(positions).__name__}")
     elif positions.shape != (length,):
         raise ValueError(
             f"positions must have shape (T,) = ({length},), one position per row of x; got {tuple(positions.shape)}"
         )
+    positions = positions.to(x.device)  # (T,): a few integers, wherever the caller built them
     theta = base ** (-torch.arange(0, dim, 2, dtype=torch.float64, device=x.device) / dim)  # (D_h/2,)
     angles = positions.to(torch.float64)[:, None] * theta  # (T, D_h/2): m * theta_i
     cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)  # (T, D_h/2) each
