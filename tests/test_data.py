@@ -315,6 +315,30 @@ def test_broken_transfer_twice_names_file_and_env(tmp_path, monkeypatch, no_env,
     assert _parts(folder) == []
 
 
+def test_the_error_counts_the_attempts_the_deadline_allowed(tmp_path, monkeypatch, no_env, fake_table):
+    net = Network("down")
+
+    def slow_failure(url, dest, *limits):
+        time.sleep(0.3)  # past the whole deadline: no second attempt
+        net(url, dest, *limits)
+
+    monkeypatch.setattr(multi30k, "_DOWNLOAD_DEADLINE_S", 0.2)
+    monkeypatch.setattr(multi30k, "_fetch", slow_failure)
+    with pytest.raises(DataError, match=r"train\.de\.gz .* in 1 attempt \(URLError"):
+        download_multi30k(tmp_path)
+    assert len(net.calls) == 1
+
+
+def test_load_multi30k_reads_the_data_variable_before_root(tmp_path, monkeypatch, fake_table):
+    """load_multi30k's docstring: with TRANSFORMER_BOOK_DATA set, `root` is not used."""
+    _put(tmp_path / "multi30k")
+    monkeypatch.setenv(DATA_ENV, str(tmp_path))
+    monkeypatch.setattr(multi30k, "_fetch", Network("down"))
+    assert data.load_multi30k("val", root=tmp_path / "elsewhere") == data.load_multi30k("val")
+    assert not (tmp_path / "elsewhere").exists()
+    assert "TRANSFORMER_BOOK_DATA" in data.load_multi30k.__doc__ and "root" in data.load_multi30k.__doc__
+
+
 def test_no_network_and_no_copy_says_what_to_do(tmp_path, monkeypatch, no_env, fake_table):
     net = Network("down")
     monkeypatch.setattr(multi30k, "_fetch", net)
@@ -498,10 +522,14 @@ def test_unseen_character_becomes_unk(small_tokenizer):
 
 
 def test_tokenizer_bad_input(small_tokenizer):
-    with pytest.raises(ValueError, match="vocab_size must be an int > 4; got 4"):
+    with pytest.raises(ValueError, match="vocab_size must be an int >= 5; got 4"):
         train_tokenizer(["a b"], vocab_size=4)
-    with pytest.raises(ValueError, match="sentences must be a non-empty iterable of str"):
+    with pytest.raises(TypeError, match="vocab_size must be an int; got '8000' of type str"):
+        train_tokenizer(["a b"], vocab_size="8000")
+    with pytest.raises(ValueError, match="sentences is empty: pass a non-empty iterable of str"):
         train_tokenizer([], vocab_size=100)
+    with pytest.raises(TypeError, match=r"sentences\[1\] must be a str; got 3 of type int"):
+        train_tokenizer(["a", 3], vocab_size=100)
     with pytest.raises(TypeError, match="sentence must be a str; got list"):
         encode(small_tokenizer, ["Ein", "Mann"])
     with pytest.raises(ValueError, match=r"ids must be a 1-D tensor \(T,\); got shape \(1, 2\)"):
@@ -560,8 +588,10 @@ def test_encode_pairs_drops_long_pairs(small_tokenizer):
 
 
 def test_encode_pairs_bad_input(small_tokenizer):
-    with pytest.raises(ValueError, match="max_len must be None or an int >= 2; got 1"):
+    with pytest.raises(ValueError, match="max_len must be an int >= 2; got 1"):
         encode_pairs(SAMPLE, small_tokenizer, max_len=1)
+    with pytest.raises(TypeError, match="max_len must be an int; got 24.0 of type float"):
+        encode_pairs(SAMPLE, small_tokenizer, max_len=24.0)
     with pytest.raises(TypeError, match=r"pairs\[1\] must be a \(source, target\) pair of str"):
         encode_pairs([("a", "b"), ("only one",)], small_tokenizer)
 
@@ -642,11 +672,15 @@ def test_bucketing_wastes_less_padding():
 
 def test_batching_bad_input():
     examples = _synthetic(10)
-    with pytest.raises(ValueError, match="max_tokens must be a positive int; got 0"):
+    with pytest.raises(ValueError, match="max_tokens must be an int >= 1; got 0"):
         batch_by_tokens(examples, 0)
+    with pytest.raises(TypeError, match="max_tokens must be an int; got 4000.0 of type float"):
+        batch_by_tokens(examples, 4000.0)
+    with pytest.raises(TypeError, match="pool_size must be an int; got '16384' of type str"):
+        batch_by_tokens(examples, 500, pool_size="16384")
     with pytest.raises(ValueError, match=r"max_tokens=5 is smaller than the longest example \(\d+ positions\)"):
         batch_by_tokens(examples, 5)
-    with pytest.raises(ValueError, match="pool_size must be a positive int; got 0"):
+    with pytest.raises(ValueError, match="pool_size must be an int >= 1; got 0"):
         batch_by_tokens(examples, 500, pool_size=0)
     with pytest.raises(ValueError, match="there are no examples to batch"):
         batch_by_tokens([], 500)

@@ -577,3 +577,13 @@ def test_beam_search_checks_the_ids_once_not_at_every_step(monkeypatch):
     out = beam_search(random_model(0), src, 3, 20, BOS_ID, -1)
     assert out.shape == (2, 21)
     assert seen == [(2, 5)], f"the source only, once; got {seen}"
+
+
+@pytest.mark.parametrize(
+    ("max_n", "error", "message"),
+    [("4", TypeError, "max_n must be an int; got '4' of type str"), (4.0, TypeError, "of type float"),
+     (True, TypeError, "of type bool"), (0, ValueError, "max_n must be an int >= 1; got 0")],
+)
+def test_corpus_bleu_rejects_a_bad_max_n(max_n, error, message):
+    with pytest.raises(error, match=message):
+        corpus_bleu(["the cat"], ["the cat"], max_n=max_n)

@@ -455,6 +455,12 @@ def test_fit_counts_the_skipped_steps():
                 amp_dtype=torch.float16, progress=False)
     assert state.step == 4 and state.skipped_steps == 2
     assert scheduler.last_epoch == state.step - state.skipped_steps
+    # The resume rule of WarmupSchedule's docstring: last_epoch = updates made - 1, not state.step - 1.
+    resumed_optimizer = make_optimizer(model)
+    resumed_optimizer.load_state_dict(optimizer.state_dict())
+    WarmupSchedule(resumed_optimizer, d_model=model.config.d_model, warmup_steps=10,
+                   last_epoch=state.step - state.skipped_steps - 1)
+    assert resumed_optimizer.param_groups[0]["lr"] == optimizer.param_groups[0]["lr"]
 
 
 def test_train_state_fields_are_the_checkpoint_format():
@@ -508,3 +514,22 @@ def test_nan_logits_at_padding_take_the_careful_path_and_leave_finite_gradients(
     loss.backward()
     assert taken == [True], "NaN logits must take the careful path"
     assert torch.isfinite(loss) and torch.isfinite(logits.grad).all()
+
+
+def test_fit_refuses_a_generator_that_later_epochs_would_find_empty():
+    set_seed(0)
+    model = tiny_model()
+    batches = copy_batches(3, seed=0)
+    with pytest.raises(TypeError, match="one-shot iterator.*pass a list"):
+        fit(model, (batch for batch in batches), make_optimizer(model), LabelSmoothingLoss(0.1), device=CPU,
+            epochs=2, progress=False)
+    with pytest.raises(TypeError, match="one-shot iterator"):
+        fit(model, iter(batches), make_optimizer(model), LabelSmoothingLoss(0.1), device=CPU, progress=False)
+
+
+@pytest.mark.parametrize("batches", [[], lambda epoch: copy_batches(2, seed=0) if epoch == 0 else []])
+def test_fit_raises_on_an_epoch_without_batches(batches):
+    set_seed(0)
+    model = tiny_model()
+    with pytest.raises(ValueError, match="batches is empty for epoch"):
+        fit(model, batches, make_optimizer(model), LabelSmoothingLoss(0.1), device=CPU, epochs=2, progress=False)

@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
+from .checks import check_int
 from .masking import Batch, make_batch, pad_sequences
 from .multi30k import DataError, download_multi30k  # the download, this chapter's appendix
 from .tokens import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, UNK_ID  # chapter 2's
@@ -37,7 +38,12 @@ def _read_lines(path: Path) -> list[str]:
 def load_multi30k(
     split: str, src_lang: str = "de", tgt_lang: str = "en", root: str | Path | None = None
 ) -> list[tuple[str, str]]:
-    """The (source, target) sentence pairs of one split ("train", "val" or "test2016"), stripped."""
+    """The (source, target) sentence pairs of one split ("train", "val" or "test2016"), stripped.
+
+    The files come from download_multi30k(root): when the environment variable TRANSFORMER_BOOK_DATA is set,
+    they are read from its folder and `root` is not used; otherwise from <root>/multi30k/ (root defaulting to
+    ~/.cache/transformer_book), downloaded there when missing.
+    """
     if split not in SPLITS:
         raise ValueError(f"split must be one of {list(SPLITS)}; got {split!r}")
     for arg, lang in (("src_lang", src_lang), ("tgt_lang", tgt_lang)):
@@ -78,11 +84,13 @@ def _check_special_ids(tokenizer: Tokenizer, where: str) -> None:
 # %% ../../chapters/09_translation_data.ipynb #33ff4465
 def train_tokenizer(sentences: Iterable[str], vocab_size: int = 8000) -> Tokenizer:
     """A joint byte-pair-encoding tokenizer with vocab_size entries, the four special tokens at ids 0-3."""
-    if not isinstance(vocab_size, int) or vocab_size <= len(SPECIAL_TOKENS):
-        raise ValueError(f"vocab_size must be an int > {len(SPECIAL_TOKENS)}; got {vocab_size!r}")
+    check_int("vocab_size", vocab_size, minimum=len(SPECIAL_TOKENS) + 1)
     sentences = list(sentences)
-    if not sentences or not all(isinstance(s, str) for s in sentences):
-        raise ValueError("sentences must be a non-empty iterable of str, for example the training split")
+    if not sentences:
+        raise ValueError("sentences is empty: pass a non-empty iterable of str, for example the training split")
+    for i, sentence in enumerate(sentences):
+        if not isinstance(sentence, str):
+            raise TypeError(f"sentences[{i}] must be a str; got {sentence!r:.80} of type {type(sentence).__name__}")
     tokenizer = Tokenizer(models.BPE(unk_token=SPECIAL_TOKENS[UNK_ID]))
     tokenizer.normalizer = normalizers.Sequence(
         [normalizers.NFKC(), normalizers.Replace(Regex(_WHITESPACE_RUN), " "), normalizers.Strip()]
@@ -149,8 +157,8 @@ def encode_pairs(
     A pair is dropped when its source (with EOS) or its target positions (BOS ... or ... EOS, one less
     than the full target) exceed max_len. Nothing is truncated.
     """
-    if max_len is not None and (not isinstance(max_len, int) or max_len < 2):
-        raise ValueError(f"max_len must be None or an int >= 2; got {max_len!r}")
+    if max_len is not None:
+        check_int("max_len", max_len, minimum=2)  # or None: keep every pair
     for i, pair in enumerate(pairs):
         if not (isinstance(pair, tuple | list) and len(pair) == 2 and all(isinstance(s, str) for s in pair)):
             raise TypeError(f"pairs[{i}] must be a (source, target) pair of str; got {pair!r:.80}")
@@ -181,10 +189,8 @@ def token_buckets(
     shuffle=True: shuffle, sort within pools, cut, shuffle the groups (same (seed, epoch), same groups).
     shuffle=False: one sorted pool, groups in length order (for evaluation).
     """
-    if not isinstance(max_tokens, int) or max_tokens < 1:
-        raise ValueError(f"max_tokens must be a positive int; got {max_tokens!r}")
-    if not isinstance(pool_size, int) or pool_size < 1:
-        raise ValueError(f"pool_size must be a positive int; got {pool_size!r}")
+    check_int("max_tokens", max_tokens)
+    check_int("pool_size", pool_size)
     if len(sizes) == 0:
         raise ValueError("there are no examples to batch")
     if max(sizes) > max_tokens:

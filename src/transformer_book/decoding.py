@@ -269,8 +269,7 @@ def corpus_bleu(hypotheses: Sequence[str], references: Sequence[str], max_n: int
     sacrebleu.corpus_bleu(hypotheses, [references], tokenize="none", smooth_method="none").score.
     """
     _check_bleu_inputs(hypotheses, references)
-    if isinstance(max_n, bool) or not isinstance(max_n, int) or max_n < 1:
-        raise ValueError(f"max_n must be an int >= 1 (BLEU-4 uses 4); got {max_n!r}")
+    check_int("max_n", max_n)  # BLEU-4 uses 4
     matches, totals = [0] * max_n, [0] * max_n
     hyp_len = ref_len = 0
     for hyp, ref in zip(hypotheses, references):

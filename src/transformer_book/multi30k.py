@@ -169,8 +169,9 @@ def _download_attempts(name: str, folder: Path, part_files: list[Path]) -> None:
         )
     if not all(f.startswith("wrong sha256") for f in failures):
         hints.append("A connection that fails or breaks off may work later: run this again.")
+    attempts = f"{len(failures)} attempt{'s' if len(failures) != 1 else ''}"  # the deadline may stop them early
     raise DataError(
-        f"Could not download {name} from {url} in {DOWNLOAD_ATTEMPTS} attempts ({'; '.join(failures)}), "
+        f"Could not download {name} from {url} in {attempts} ({'; '.join(failures)}), "
         f"and {folder.absolute()} holds no verified copy of it. {' '.join(hints)} {_OFFLINE_ADVICE}"
     )
 

@@ -9,7 +9,7 @@ __all__ = ['SMOOTHING_CONVENTIONS', 'ADAM_BETAS', 'ADAM_EPS', 'AMP_DTYPES', 'Lab
 import math
 import random
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -120,8 +120,9 @@ class WarmupSchedule(torch.optim.lr_scheduler.LambdaLR):
     """The paper's schedule as a PyTorch scheduler: call scheduler.step() after every optimizer.step().
 
     The optimizer's own lr must be 1.0 (make_optimizer's default): LambdaLR multiplies it by noam_rate, so
-    the k-th optimizer step uses noam_rate(k). To resume after `s` steps, load the optimizer's state_dict
-    first, then pass last_epoch = s - 1.
+    the k-th optimizer step uses noam_rate(k). To resume after `s` optimizer updates, load the optimizer's
+    state_dict first, then pass last_epoch = s - 1. With fit, s = state.step - state.skipped_steps: the steps
+    whose update float16's gradient scaler skipped did not advance the schedule.
     """
 
     def __init__(
@@ -237,7 +238,7 @@ def train_step(
 # %% ../../chapters/07_label_smoothing_and_training.ipynb #0078671e
 def fit(
     model: nn.Module,
-    batches: Iterable[Batch] | Callable[[int], Iterable[Batch]],
+    batches: Sequence[Batch] | Callable[[int], Iterable[Batch]],
     optimizer: torch.optim.Optimizer,
     loss_fn: nn.Module,
     *,
@@ -254,18 +255,28 @@ def fit(
 ) -> TrainState:
     """Train for `epochs` over `batches` (a list reused each epoch, or a function epoch -> batches).
 
+    A generator or other iterator is refused (TypeError): it would be used up after the first epoch. An epoch
+    without batches raises ValueError.
+
     Returns the TrainState, whose `losses` hold the loss of every step and `skipped_steps` counts the updates
     float16's scaler skipped. Pass a saved state to resume: its
     finished epochs and the batches already used in its epoch are skipped. on_step_end may return True to
     stop (for example to save and quit). amp_dtype=torch.float16 adds a gradient scaler; pass your own
     `scaler` to save its state (scaler.state_dict()) with a checkpoint and restore it when resuming.
     """
+    if isinstance(batches, Iterator):
+        raise TypeError(
+            f"batches is a one-shot iterator ({type(batches).__name__}), which would be empty after the first "
+            "epoch; pass a list, or a function epoch -> batches"
+        )
     device = torch.device(device)
     state = state if state is not None else TrainState()
     if scaler is None and amp_dtype == torch.float16:
         scaler = torch.amp.GradScaler(device.type)
     while state.epoch < epochs:
         epoch_batches = list(batches(state.epoch) if callable(batches) else batches)
+        if not epoch_batches:
+            raise ValueError(f"batches is empty for epoch {state.epoch}; pass at least one batch per epoch")
         bar = tqdm(
             total=len(epoch_batches), initial=state.batch_in_epoch, desc=f"epoch {state.epoch + 1}/{epochs}",
             disable=not progress, leave=True, mininterval=2.0,
