@@ -236,6 +236,12 @@ def test_resume_with_another_preset_is_refused(tmp_path):
 
 
 @needs_data
+def test_train_takes_the_device_as_a_string(tmp_path):
+    run = train(TINY, tmp_path / "run", device="cpu", progress=False, log=lambda *_: None, max_steps=1)
+    assert run.train_state.step == 1
+
+
+@needs_data
 def test_gpu_code_path_with_float16_and_a_scaler_runs_on_cpu(tmp_path):
     # The gpu preset's widths (d_model 512, 8 heads, d_ff 2048) on a few pairs, with float16 autocast as an
     # older GPU would use, so the gradient-scaler branch of fit runs. 2 + 2 layers instead of 6 + 6: a CPU has no

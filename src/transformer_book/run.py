@@ -34,7 +34,7 @@ from .translate import Translator
 def train(
     preset: Preset | str | None = None,
     out: str | Path = "runs/multi30k",
-    device: torch.device | None = None,
+    device: torch.device | str | None = None,
     root: str | Path | None = None,
     max_steps: int | None = None,
     progress: bool = True,
@@ -51,7 +51,7 @@ def train(
     """
     processes = Processes.current()  # this process alone, or one of torchrun's
     log = log if log is not None and processes.is_main else _quiet
-    device = device or pick_device()
+    device = torch.device(device) if device is not None else pick_device()
     preset = _the_preset(preset, device, amp)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
