@@ -238,8 +238,8 @@ def after_step(run: Run, max_steps: int | None, state: TrainState) -> bool:
 def evaluate_and_save(run: Run, state: TrainState) -> None:
     """After each epoch, in process 0: score it; keep its weights if they will be averaged; `best` if it is best.
 
-    `last/` is not saved here but every SAVE_EVERY_STEPS updates (after_step) and at the end (finish): on a fast
-    GPU an epoch takes seconds, and writing `last/` (three times the weights) after each one cost more than that.
+    `last/` is not saved here but every SAVE_EVERY_STEPS updates (after_step) and at the end (finish): a crash
+    costs at most that many updates however long an epoch is, and short epochs add no save of `last/` each.
     Whatever `last/` records is already on disk: snapshots and `best/` are written when their epoch ends.
     """
     if not run.processes.is_main:
