@@ -238,6 +238,18 @@ def test_a_layer_without_the_books_names_is_told_which():
     assert "q_proj = nn.Linear(d_model, d_model)" in report
 
 
+def test_a_layer_whose_projections_have_no_bias_is_told_so():
+    class NoBias(MultiHeadAttention):
+        def __init__(self, d_model, num_heads):
+            super().__init__(d_model, num_heads)
+            for name in ("q_proj", "k_proj", "v_proj", "out_proj"):
+                setattr(self, name, nn.Linear(d_model, d_model, bias=False))
+
+    report = str(check_multi_head_attention(NoBias, verbose=False))
+    assert "q_proj has no bias: use nn.Linear(d_model, d_model), bias included" in report
+    assert "name your projections" not in report
+
+
 def test_the_report_prints_no_digit_that_a_cpu_could_change():
     passing = [str(run(check, BOOK[check])) for check in CHECKS]
     for report in passing:

@@ -112,13 +112,13 @@ def test_a_record_without_its_seal_is_refused_by_name(saved):
 # 2. snapshots and leftovers after a kill ------------------------------------------------------------------------
 
 @needs_data
-def test_a_kill_after_last_is_saved_leaves_a_folder_that_repairs_itself(tmp_path):
+def test_a_lost_snapshot_and_what_a_kill_leaves_are_repaired(tmp_path):
     out = tmp_path / "run"
     train(TINY, out, device=CPU, progress=False)
     snapshots = sorted((out / "snapshots").iterdir())
     assert len(snapshots) == 2
     newest = {f.name: f.read_bytes() for f in snapshots[-1].iterdir()}
-    shutil.rmtree(snapshots[-1])  # killed after `last/` was saved, before the snapshot
+    shutil.rmtree(snapshots[-1])  # lost, as when a copy stops between `last/` and `snapshots/`
     (out / "snapshots" / ".step-000099-abc.tmp").mkdir()  # a snapshot's save killed half-way
     (out / ".last-abc.tmp").mkdir()
     shutil.copytree(out / "last", out / "last.old")  # killed in the final save, between the renames

@@ -163,6 +163,19 @@ def test_translator_checks_its_arguments_and_moves_the_model(small_checkpoint):
     with pytest.raises(ValueError, match="max_new_tokens must be between 1 and"):
         translator.translate("ein hund", max_new_tokens=10_000)
     assert isinstance(translator.translate("ein hund", beam_size=2, max_new_tokens=3), str)
+    with pytest.raises(TypeError, match="max_new_tokens must be an int; got 2.5"):
+        translator.translate("ein hund", beam_size=1, max_new_tokens=2.5)
+    model = translator.model
+    with pytest.raises(ValueError, match="batch_size must be an int >= 1; got 0"):
+        Translator(model, translator.tokenizer, batch_size=0)
+    with pytest.raises(TypeError, match="batch_size must be an int"):
+        Translator(model, translator.tokenizer, batch_size=8.0)
+
+
+def test_evaluate_help_shows_the_default_split(capsys):
+    with pytest.raises(SystemExit):
+        cli_main(["evaluate", "--help"])
+    assert "(default: test2016)" in " ".join(capsys.readouterr().out.split())
 
 
 @pytest.mark.parametrize("beam_size", [1, 2])
@@ -233,6 +246,12 @@ def test_resume_with_another_preset_is_refused(tmp_path):
     other = dataclasses.replace(TINY, dropout=0.2)
     with pytest.raises(ValueError, match="other settings"):
         train(other, tmp_path / "run", device=CPU, progress=False, log=lambda *_: None)
+
+
+@needs_data
+def test_train_takes_the_device_as_a_string(tmp_path):
+    run = train(TINY, tmp_path / "run", device="cpu", progress=False, log=lambda *_: None, max_steps=1)
+    assert run.train_state.step == 1
 
 
 @needs_data

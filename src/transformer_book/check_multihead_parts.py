@@ -38,14 +38,14 @@ def copy_projections(source: nn.Module, target: nn.Module, call_first: Callable[
         call_first()  # a stub raises NotImplementedError here, and the report says "not written yet"
     for name in PROJECTIONS:
         mine, theirs = getattr(source, name), getattr(target, name, None)
-        if (
-            not isinstance(theirs, nn.Linear)
-            or theirs.weight.shape != mine.weight.shape
-            or theirs.bias is None
-        ):
+        if not isinstance(theirs, nn.Linear) or theirs.weight.shape != mine.weight.shape:
             raise ValueError(
                 f"name your projections as chapter 3 does: {name} = nn.Linear(d_model, d_model), "
-                f"so that the check can copy the book's weights"
+                f"so the book's weights can be copied in"
+            )
+        if theirs.bias is None:  # the paper's W^Q, W^K, W^V, W^O have none; chapter 3's layers do
+            raise ValueError(
+                f"{name} has no bias: use nn.Linear(d_model, d_model), bias included, as chapter 3 does"
             )
         theirs.weight.copy_(mine.weight)
         theirs.bias.copy_(mine.bias)

@@ -156,7 +156,8 @@ def _parser() -> argparse.ArgumentParser:
         p = commands.add_parser(name, help=what, **command)
         p.add_argument("--checkpoint", required=True, help="a checkpoint folder, e.g. runs/multi30k/best")
         if name == "evaluate":
-            p.add_argument("--split", default="test2016", choices=sorted(data.SPLITS))
+            p.add_argument("--split", default="test2016", choices=sorted(data.SPLITS),
+                           help="the Multi30k split to score")
         p.add_argument("--beam-size", type=_at_least_one, default=None, help=_BEAM_HELP)
         p.add_argument("--length-penalty", type=_penalty, default=0.6,
                        help="beam search's alpha; larger: longer output")

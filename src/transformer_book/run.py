@@ -34,7 +34,7 @@ from .translate import Translator
 def train(
     preset: Preset | str | None = None,
     out: str | Path = "runs/multi30k",
-    device: torch.device | None = None,
+    device: torch.device | str | None = None,
     root: str | Path | None = None,
     max_steps: int | None = None,
     progress: bool = True,
@@ -51,7 +51,7 @@ def train(
     """
     processes = Processes.current()  # this process alone, or one of torchrun's
     log = log if log is not None and processes.is_main else _quiet
-    device = device or pick_device()
+    device = torch.device(device) if device is not None else pick_device()
     preset = _the_preset(preset, device, amp)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -238,8 +238,8 @@ def after_step(run: Run, max_steps: int | None, state: TrainState) -> bool:
 def evaluate_and_save(run: Run, state: TrainState) -> None:
     """After each epoch, in process 0: score it; keep its weights if they will be averaged; `best` if it is best.
 
-    `last/` is not saved here but every SAVE_EVERY_STEPS updates (after_step) and at the end (finish): on a fast
-    GPU an epoch takes seconds, and writing `last/` (three times the weights) after each one cost more than that.
+    `last/` is not saved here but every SAVE_EVERY_STEPS updates (after_step) and at the end (finish): a crash
+    costs at most that many updates however long an epoch is, and short epochs add no save of `last/` each.
     Whatever `last/` records is already on disk: snapshots and `best/` are written when their epoch ends.
     """
     if not run.processes.is_main:

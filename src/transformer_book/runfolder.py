@@ -64,7 +64,8 @@ def repair_run_folder(out: Path) -> None:
     """Put right what kills left in a run folder (call it holding the folder's lock).
 
     Half-written saves (`.*.tmp`) and copies (`*.tmp`) go, a `NAME.old` whose `NAME` exists goes, and the
-    snapshot of an epoch whose end `last/` records, which the kill kept from being saved, is saved from `last/`.
+    snapshot of an epoch whose end `last/` records, if it is missing (a copy cut off between `last/` and
+    `snapshots/`, or a snapshot deleted), is saved from `last/`.
     """
     for folder in (out, out / "snapshots"):
         for stale in [*folder.glob(".*.tmp"), *folder.glob("*.tmp"), *folder.glob("*.part")]:

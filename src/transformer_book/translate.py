@@ -18,7 +18,7 @@ from .checkpoint import Checkpoint, load_checkpoint
 from .decoding import beam_search, greedy_decode
 from .masking import pad_sequences
 from .model import Transformer
-from .checks import check_choice
+from .checks import check_choice, check_int
 from .presets import DIRECTIONS, pick_device
 from .tokens import BOS_ID, EOS_ID, PAD_ID
 
@@ -33,7 +33,7 @@ class Translator:
     ):
         self.device = torch.device(device) if device is not None else next(model.parameters()).device
         self.model, self.tokenizer = model.to(self.device), tokenizer
-        self.batch_size = batch_size
+        self.batch_size = check_int("batch_size", batch_size)  # sentences decoded together
         self.direction = check_choice("direction", direction, DIRECTIONS)  # source-target languages
         self.max_src_tokens = model.config.max_len - 1  # room for EOS
 
@@ -88,7 +88,7 @@ class Translator:
         if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
             raise ValueError(f"beam_size must be an int >= 1 (1 is greedy decoding); got {beam_size!r}")
         longest = self.model.config.max_len - 1  # positions 0 .. max_len - 1, BOS included
-        if max_new_tokens is not None and not 1 <= max_new_tokens <= longest:
+        if max_new_tokens is not None and not 1 <= check_int("max_new_tokens", max_new_tokens) <= longest:
             raise ValueError(f"max_new_tokens must be between 1 and {longest} for this model; got {max_new_tokens}")
         results = [""] * len(sentences)
         todo = sorted(((i, self._encode(s)) for i, s in enumerate(sentences) if s.strip()), key=lambda t: len(t[1]))
