@@ -161,7 +161,7 @@ class TransformerStack(nn.Module):
                 nn.init.normal_(p, mean=0.0, std=c.d_model**-0.5)  # unit variance after the sqrt(D) scale
             elif p.dim() > 1:
                 nn.init.xavier_uniform_(p)
-        self.generator.weight = self.embed.weight  # (V, D): logits = hidden E^T
+        self.generator.weight = self.embed.weight  # (vocab_size, D): logits = hidden E^T
 
     def new_cache(self) -> list[KVCache]:
         """An empty key/value cache, one KVCache per layer."""
