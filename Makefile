@@ -62,10 +62,12 @@ $(STAMP): pyproject.toml constraints.txt
 
 # The book's build reads the notebooks' stored outputs and runs no code: it needs the [book] extra's packages
 # and not the package itself, nor PyTorch. The names come from pyproject.toml, the versions from constraints.txt.
+# Python itself hands the names to pip (no `xargs -d`, which only GNU xargs has: macOS's rejects it).
 $(BOOK_STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || { echo "Creating $(VENV) with $(PYTHON)"; $(PYTHON) -m venv $(VENV); }
-	$(BIN)/python -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["book"]))' \
-	  | xargs -d '\n' $(BIN)/python -m pip install --quiet -c constraints.txt
+	$(BIN)/python -c 'import subprocess, sys, tomllib; \
+	  book = tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["book"]; \
+	  subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "-c", "constraints.txt", *book], check=True)'
 	@touch $@
 
 # The browser test drives Debian's chromium (Playwright's own browser download needs the internet).

@@ -81,6 +81,13 @@ def test_blockwise_fully_masked_rows_are_zero_as_in_chapter_2():
     assert_close(ours, scaled_dot_product_attention(q, k, v, mask)[0])
 
 
+def test_blockwise_with_no_keys_returns_zeros_as_chapter_2():
+    q, k, v = qkv(2, 1, length_q=5, length_k=0)
+    ours = blockwise_attention(q, k, v, block_size=4)
+    assert ours.shape == (2, 1, 5, 6) and ours.dtype == q.dtype and (ours == 0).all()
+    assert_close(ours, scaled_dot_product_attention(q, k, v)[0])
+
+
 def test_blockwise_broadcasts_leading_dimensions_and_float32():
     q = torch.randn(2, 4, 17, 8)
     k, v = torch.randn(1, 4, 23, 8), torch.randn(2, 1, 23, 5)

@@ -409,6 +409,19 @@ def test_stack_input_errors():
         generate(tiny(causal=False), torch.tensor([[5]]), 2)
 
 
+def test_segment_errors_name_the_shape_or_the_ids():
+    model = tiny(causal=False, num_segments=2)
+    tokens = torch.tensor([[1, 5, 6, 7]])
+    with pytest.raises(ValueError, match=r"segment ids must be in 0 \.\. 1 .*got ids from 0 to 2"):
+        model(tokens, torch.tensor([[0, 0, 1, 2]]))
+    with pytest.raises(ValueError, match=r"segment ids must be in 0 \.\. 1 .*got ids from -1 to 0"):
+        model(tokens, torch.tensor([[0, 0, -1, 0]]))
+    with pytest.raises(ValueError, match=r"shape of tokens, \(1, 4\); got \(1, 3\)"):
+        model(tokens, torch.tensor([[0, 0, 1]]))
+    with pytest.raises(TypeError, match="segments must be a tensor"):
+        model(tokens, [[0, 0, 1, 1]])
+
+
 @pytest.mark.parametrize("use_cache", [True, False])
 def test_generate_checks_the_prompt_once_not_at_every_step(monkeypatch, use_cache):
     from transformer_book import checks

@@ -48,6 +48,9 @@ def blockwise_attention(
         batch = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])
         check_mask(mask, torch.Size((*batch, length_q, length_k)))
         mask = mask.expand(*mask.shape[:-1], length_k)  # a view, so that slicing the keys' axis works
+    if length_k == 0:  # no key at all: every row is fully masked, and its output is 0, as in chapter 2
+        batch = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])
+        return query.new_zeros(*batch, length_q, value.size(-1))
     query = query / math.sqrt(query.size(-1))  # scaled once here, not in every block of scores
     positions_q = torch.arange(length_q, device=query.device)[:, None]  # (L_q, 1)
     running_max = running_sum = out = None

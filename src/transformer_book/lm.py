@@ -161,7 +161,7 @@ class TransformerStack(nn.Module):
                 nn.init.normal_(p, mean=0.0, std=c.d_model**-0.5)  # unit variance after the sqrt(D) scale
             elif p.dim() > 1:
                 nn.init.xavier_uniform_(p)
-        self.generator.weight = self.embed.weight  # (V, D): logits = hidden E^T
+        self.generator.weight = self.embed.weight  # (vocab_size, D): logits = hidden E^T
 
     def new_cache(self) -> list[KVCache]:
         """An empty key/value cache, one KVCache per layer."""
@@ -212,10 +212,15 @@ class TransformerStack(nn.Module):
         if segments is not None:
             if c.num_segments == 0:
                 raise ValueError("segments were given, but the model has no segment embeddings (num_segments=0)")
-            low, high = id_range(segments) if segments.shape == tokens.shape else (-1, -1)
+            if not isinstance(segments, Tensor):
+                raise TypeError(f"segments must be a tensor of segment ids; got {type(segments).__name__}")
+            if segments.shape != tokens.shape:
+                raise ValueError(f"segments must have the shape of tokens, {tuple(tokens.shape)}; "
+                                 f"got {tuple(segments.shape)}")
+            low, high = id_range(segments)
             if low < 0 or high >= c.num_segments:
-                raise ValueError(f"segments must have the shape of tokens, {tuple(tokens.shape)}, and ids in "
-                                 f"0 .. {c.num_segments - 1}; got shape {tuple(segments.shape)}")
+                raise ValueError(f"segment ids must be in 0 .. {c.num_segments - 1} (num_segments="
+                                 f"{c.num_segments}); got ids from {low} to {high}")
         if cache is not None and (not c.causal or len(cache) != len(self.layers)):
             raise ValueError(f"a cache serves generation: it needs causal=True and one KVCache per layer "
                              f"({len(self.layers)}); got causal={c.causal} and {len(cache)}; use model.new_cache()")
