@@ -104,13 +104,13 @@ SMOOTHING_MISTAKES = [
 def check_label_smoothing(loss_class: Callable, verbose: bool = True) -> CheckResult:
     """Check a reader's label-smoothing loss against chapter 7's LabelSmoothingLoss (its default convention).
 
-    loss_class(smoothing, ignore_index) builds the loss; loss(logits, target): logits (N, V), target (N,) class
-    ids, some equal to ignore_index (padding) -> a scalar, the mean over non-padding positions of the
-    cross-entropy against q = (1 - smoothing) one_hot(y) + smoothing / V.
+    loss_class(smoothing, ignore_index) builds the loss; loss(logits, target): logits (N, vocab_size),
+    target (N,) class ids, some equal to ignore_index (padding) -> a scalar, the mean over non-padding
+    positions of the cross-entropy against q = (1 - smoothing) one_hot(y) + smoothing / vocab_size.
     """
     logits, target = random_tensor(70, 8, 6, scale=2.0), torch.tensor([1, 2, 0, 5, 3, 0, 4, 4])
     inputs = {
-        "logits (N, V) = (8, 6), smoothing 0.1, pad id 0": (logits, target, 0.1, 0),
+        "logits (N, vocab_size) = (8, 6), smoothing 0.1, pad id 0": (logits, target, 0.1, 0),
         "smoothing 0.3, pad id 4": (logits, target, 0.3, 4),
     }
     cases = [Case(label, x, LabelSmoothingLoss(x[2], x[3])(x[0], x[1])) for label, x in inputs.items()]

@@ -202,18 +202,18 @@ def beam_search(
         best_done = torch.full((batch, 1 + max_len), pad_id, dtype=torch.long, device=device)  # (B, 1 + max_len)
         caps = torch.full((batch,), max_len, device=device) if limits is None else limits.to(device)  # (B,)
         for step in range(max_len):
-            logits = model.decode(tokens[:, -1:], memory, src_mask, cache=cache, check_ids=False)[:, -1]  # (B*K, V)
+            logits = model.decode(tokens[:, -1:], memory, src_mask, cache=cache, check_ids=False)[:, -1]
             log_probs = torch.log_softmax(logits.to(dtype), dim=-1).view(batch, k, -1)  # (B, K, vocab_size)
             vocab = log_probs.size(-1)
             # A finished hypothesis may only be extended by padding, at no cost: it stays as it is.
-            done_row = torch.full((vocab,), float("-inf"), dtype=dtype, device=device)  # (V,)
+            done_row = torch.full((vocab,), float("-inf"), dtype=dtype, device=device)  # (vocab_size,)
             done_row[pad_id] = 0.0
             log_probs = torch.where(finished[..., None], done_row, log_probs)  # (B, K, vocab_size)
             candidates = scores[..., None] + log_probs  # (B, K, vocab_size): log p(y_<t | X) + log p(y_t | y_<t, X)
             # (B, K, vocab_size)
             cand_lengths = torch.where(finished, lengths, lengths + 1)[..., None].expand(-1, -1, vocab)
             ranking = candidates / gnmt_length_penalty(cand_lengths, length_penalty)  # (B, K, vocab_size): s(Y, X)
-            top = ranking.view(batch, -1).topk(k, dim=-1).indices  # (B, K): indices into K*V
+            top = ranking.view(batch, -1).topk(k, dim=-1).indices  # (B, K): indices into K * vocab_size
             beam_origin, next_token = top // vocab, top % vocab  # (B, K) each
             scores = candidates.view(batch, -1).gather(1, top)  # (B, K)
             lengths = cand_lengths.reshape(batch, -1).gather(1, top)  # (B, K)
