@@ -86,5 +86,12 @@ def test_the_book_runs_quoted_are_those_of_chapters_records():
         f"training for {cpu['test_bleu_beam']:.1f}",
     ):
         assert quoted in readme, f"README.md should say, as chapters/records/ does: {quoted!r}"
+    average = re.fullmatch(r"average of last (\d+)", gpu["weights"])
+    assert average, f"the gpu record's weights should be 'average of last N': {gpu['weights']!r}"
+    for quoted in (
+        f"chose the average of the last {average.group(1)} snapshots and alpha {gpu['length_penalty']}",
+        f"--average {average.group(1)} --length-penalty {gpu['length_penalty']}",
+    ):
+        assert quoted in readme, f"README.md's evaluate command should use the gpu run's choice: {quoted!r}"
     setup = _one_line((REPO_ROOT / "book" / "setup.md").read_text(encoding="utf-8"))
     assert f"chapter 10 shows a run of it on an {gpu['device']}" in setup, f"book/setup.md: not {gpu['device']}"
