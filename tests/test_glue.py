@@ -107,3 +107,22 @@ def test_glued_floats_keep_only_the_digits_the_page_shows(path):
         f"{path.name} glued floats with more digits than the page's format shows (value, format): {extra}. "
         f"Glue each with that format, glue(name, value, fmt), and re-run the chapter."
     )
+
+
+GLUE_MARKDOWN_MIME = "application/papermill.record/text/markdown"
+TEX_IN_TEXT = re.compile(r"\$|\\\(|\\\[")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_glued_markdown_holds_no_math(path):
+    """A text glued as Markdown ({glue:md}) reaches the page without its math rendered: `$T$` stays `$T$`."""
+    with_math = {}
+    for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
+        for output in cell.get("outputs", []):
+            text = "".join(output.get("data", {}).get(GLUE_MARKDOWN_MIME, ""))
+            if TEX_IN_TEXT.search(text):
+                with_math[output["metadata"]["scrapbook"]["name"]] = text[:120]
+    assert not with_math, (
+        f"{path.name} glued Markdown with TeX in it, which the page shows as raw text: {with_math}. Write the "
+        "symbol in words, or keep the math in the page's own prose and glue only the numbers."
+    )
