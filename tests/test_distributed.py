@@ -17,7 +17,7 @@ from safetensors.torch import load_file
 
 from transformer_book import data
 from transformer_book.checkpoint import load_checkpoint
-from transformer_book.distributed import shard
+from transformer_book.distributed import Processes, shard
 from transformer_book.masking import make_batch
 from transformer_book.presets import PRESETS
 from transformer_book.run import train
@@ -71,6 +71,18 @@ def test_shards_cover_the_batch_and_a_missing_row_adds_no_token():
     assert lonely[3].src.shape[0] == 1 and lonely[3].num_tokens == 0
     assert bool((lonely[3].tgt_out == data.PAD_ID).all())
     assert sum(p.num_tokens for p in lonely) == batch.num_tokens
+
+
+def test_a_process_reseeds_unless_it_took_back_its_own_generator():
+    alone, second = Processes(), Processes(rank=1, world_size=2, distributed=True)
+    with torch.random.fork_rng():
+        assert not alone.seed(5)  # a new run in one process keeps the stream set_seed started
+        assert not alone.seed(5, saved=1) and not second.seed(5, saved=2)  # each took back its own generator
+        assert alone.seed(5, saved=2) and second.seed(5, saved=1)  # resumed in another number of processes
+        assert second.seed(5)  # a new run in several processes: seed + 1000 * rank
+        drawn = torch.rand(3)
+        torch.manual_seed(1005)
+        assert torch.equal(drawn, torch.rand(3))
 
 
 @needs_data

@@ -112,9 +112,11 @@ def test_a_last_checkpoint_with_the_one_generator_the_previous_version_kept_resu
 def test_random_states_and_ranks_that_cannot_be_right_are_refused_by_name(tmp_path):
     model, path = _tiny_checkpoint(tmp_path)
     optimizer = torch.optim.Adam(model.parameters())
-    for states in ([], {"rng_state": torch.get_rng_state()}):
+    for states in ({"rng_state": torch.get_rng_state()}, [torch.get_rng_state()]):
         with pytest.raises(TypeError, match="random_states must be a list holding random_state"):
             save_checkpoint(tmp_path / "last", model, optimizer, None, tmp_path / "tok.json", random_states=states)
+    with pytest.raises(ValueError, match="random_states is empty"):
+        save_checkpoint(tmp_path / "last", model, optimizer, None, tmp_path / "tok.json", random_states=[])
     with pytest.raises(ValueError, match=r"rank must be below world_size=2 \(ranks count from 0\); got rank=2"):
         load_optimizer_state(optimizer, path, CPU, rank=2, world_size=2)
     with pytest.raises(ValueError, match="world_size must be an int >= 1; got 0"):

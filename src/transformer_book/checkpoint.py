@@ -112,9 +112,13 @@ def save_checkpoint(
     of the ranks; by default this process's alone. Saves into one folder take turns (they lock the folder that
     holds it), so two processes never interleave.
     """
-    if random_states is not None and not (isinstance(random_states, list) and random_states):
+    if random_states is not None and not (isinstance(random_states, list)
+                                          and all(isinstance(s, dict) and "rng_state" in s for s in random_states)):
         raise TypeError(f"random_states must be a list holding random_state() of each process (rank 0 first); "
                         f"got {random_states!r:.80}")
+    if random_states == []:
+        raise ValueError("random_states is empty: pass random_state() of each process (rank 0 first), or None for "
+                         "this process's alone")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with lock_file(path.parent, wait=True, folder=True):
