@@ -1,7 +1,8 @@
 """Chapter 10's training with DistributedDataParallel: two processes on the CPU (gloo), as torchrun starts them.
 
 The same code runs one process per GPU with NCCL; here it runs where every machine can: the losses of two
-processes must equal one process's on the same batches, and their checkpoint must resume in one process.
+processes must equal one process's on the same batches, two processes interrupted and resumed must end with the
+weights of two that never stopped, and their checkpoint must resume in one process.
 """
 
 import dataclasses
