@@ -14,9 +14,11 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import needs_data, read_info, write_info
+from safetensors.torch import load_file, save_file
 
 from transformer_book import cli, data, runfolder
-from transformer_book.checkpoint import RunRecord, load_checkpoint, save_checkpoint
+from transformer_book.checkpoint import RunRecord, load_checkpoint, load_optimizer_state, save_checkpoint
+from transformer_book.hashing import file_sha256
 from transformer_book.model import Transformer
 from transformer_book.presets import PRESETS, choose_preset, model_config, preset_differences
 from transformer_book.run import train
@@ -84,6 +86,43 @@ def test_a_run_folder_of_the_previous_version_is_refused_by_name(tmp_path):
     (tmp_path / "old" / "last" / "checkpoint.json").write_text(json.dumps({key: info[key] for key in old}))
     with pytest.raises(ValueError, match=r"last/checkpoint\.json has no 'record_sha256': an older version wrote it"):
         train(TINY, tmp_path / "old", device=CPU, progress=False)
+
+
+@needs_data
+def test_a_last_checkpoint_with_the_one_generator_the_previous_version_kept_resumes_exactly(tmp_path):
+    # The previous version kept process 0's generator alone, as `rng_state`: it counts as one process's, which a run
+    # in one process takes back.
+    whole = train(TINY, tmp_path / "whole", device=CPU, progress=False, max_steps=6)
+    train(TINY, tmp_path / "old", device=CPU, progress=False, max_steps=3)
+    last = tmp_path / "old" / "last"
+    tensors = load_file(last / "optimizer.safetensors")
+    tensors["rng_state"] = tensors.pop("rng_states")[0].clone()
+    save_file(tensors, last / "optimizer.safetensors")
+    info = read_info(last)
+    info["files"]["optimizer.safetensors"] = file_sha256(last / "optimizer.safetensors")
+    info["sizes"]["optimizer.safetensors"] = (last / "optimizer.safetensors").stat().st_size
+    write_info(last, info)
+    lines = []
+    resumed = train(TINY, tmp_path / "old", device=CPU, progress=False, max_steps=6, log=lines.append)
+    assert resumed.train_state.step == whole.train_state.step == 6
+    assert resumed.train_state.losses == whole.train_state.losses  # dropout drew the masks of the run that never stopped
+    assert not any("reseeds" in line for line in lines), lines
+
+
+def test_random_states_and_ranks_that_cannot_be_right_are_refused_by_name(tmp_path):
+    model, path = _tiny_checkpoint(tmp_path)
+    optimizer = torch.optim.Adam(model.parameters())
+    for states in ({"rng_state": torch.get_rng_state()}, [torch.get_rng_state()]):
+        with pytest.raises(TypeError, match="random_states must be a list holding random_state"):
+            save_checkpoint(tmp_path / "last", model, optimizer, None, tmp_path / "tok.json", random_states=states)
+    with pytest.raises(ValueError, match="random_states is empty"):
+        save_checkpoint(tmp_path / "last", model, optimizer, None, tmp_path / "tok.json", random_states=[])
+    with pytest.raises(ValueError, match=r"rank must be below world_size=2 \(ranks count from 0\); got rank=2"):
+        load_optimizer_state(optimizer, path, CPU, rank=2, world_size=2)
+    with pytest.raises(ValueError, match="world_size must be an int >= 1; got 0"):
+        load_optimizer_state(optimizer, path, CPU, rank=0, world_size=0)
+    with pytest.raises(TypeError, match="rank must be an int"):
+        load_optimizer_state(optimizer, path, CPU, rank="0", world_size=1)
 
 
 def _tiny_checkpoint(folder: Path) -> tuple[Transformer, Path]:

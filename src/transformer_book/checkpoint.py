@@ -3,7 +3,7 @@
 (chapter 10's companion)."""
 
 # %% auto #0
-__all__ = ['REQUIRED_KEYS', 'RunRecord', 'save_checkpoint', 'Checkpoint', 'load_checkpoint', 'load_optimizer_state', 'average_checkpoints']
+__all__ = ['REQUIRED_KEYS', 'RunRecord', 'save_checkpoint', 'random_state', 'Checkpoint', 'load_checkpoint', 'load_optimizer_state', 'average_checkpoints']
 
 # %% ../../chapters/10a_engineering_the_run.ipynb #10b00005
 import shutil
@@ -17,6 +17,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load, save_file
 from tokenizers import Tokenizer
 
+from .checks import check_int
 from .hashing import file_sha256
 from .model import Transformer, TransformerConfig
 from .runfolder import existing, read_tokenizer
@@ -103,12 +104,21 @@ def _train_state(values: dict, folder: Path | str) -> TrainState:
 # %% ../../chapters/10a_engineering_the_run.ipynb #10b00022
 def save_checkpoint(
     path: str | Path, model: Transformer, optimizer: torch.optim.Optimizer | None, record: RunRecord | None,
-    tokenizer_file: str | Path,
+    tokenizer_file: str | Path, random_states: list[dict[str, torch.Tensor]] | None = None,
 ) -> Path:
     """Write a checkpoint folder atomically: a crash at any moment leaves the old one or the new one.
 
-    Saves into one folder take turns (they lock the folder that holds it), so two processes never interleave.
+    With an optimizer it also keeps `random_states`: every process's generators (`random_state`), in the order
+    of the ranks; by default this process's alone. Saves into one folder take turns (they lock the folder that
+    holds it), so two processes never interleave.
     """
+    if random_states is not None and not (isinstance(random_states, list)
+                                          and all(isinstance(s, dict) and "rng_state" in s for s in random_states)):
+        raise TypeError(f"random_states must be a list holding random_state() of each process (rank 0 first); "
+                        f"got {random_states!r:.80}")
+    if random_states == []:
+        raise ValueError("random_states is empty: pass random_state() of each process (rank 0 first), or None for "
+                         "this process's alone")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with lock_file(path.parent, wait=True, folder=True):
@@ -116,7 +126,7 @@ def save_checkpoint(
         # leaves only a `.NAME-*.tmp`, which the next run clears.
         tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}-", suffix=".tmp", dir=path.parent))
         try:
-            info = _write_files(tmp, model, optimizer, record, tokenizer_file)
+            info = _write_files(tmp, model, optimizer, record, tokenizer_file, random_states)
             (tmp / "checkpoint.json").write_text(seal(info))  # written last: it vouches for the rest, and itself
             return swap_in(tmp, path)
         except SafetensorError as error:  # the library's error when the disk is full
@@ -125,8 +135,16 @@ def save_checkpoint(
             shutil.rmtree(tmp, ignore_errors=True)  # gone already when the save succeeded
 
 
+def random_state(device: torch.device | str) -> dict[str, torch.Tensor]:
+    """This process's random-number generators: the CPU's (dropout on the CPU draws from it), and a GPU's."""
+    state = {"rng_state": torch.get_rng_state()}
+    if torch.device(device).type == "cuda":
+        state["cuda_rng_state"] = torch.cuda.get_rng_state(torch.device(device))
+    return state
+
+
 def _write_files(tmp: Path, model: Transformer, optimizer: torch.optim.Optimizer | None, record: RunRecord | None,
-                 tokenizer_file: str | Path) -> dict:
+                 tokenizer_file: str | Path, random_states: list[dict[str, torch.Tensor]] | None) -> dict:
     """Write the weights, Adam's state and the tokenizer into `tmp`; returns what checkpoint.json records."""
     info = record.to_json() if record is not None else {}
     # Tied embeddings are one tensor under three names: store it once (safetensors refuses shared memory).
@@ -135,10 +153,9 @@ def _write_files(tmp: Path, model: Transformer, optimizer: torch.optim.Optimizer
     save_file(weights, tmp / "model.safetensors")
     if optimizer is not None:
         tensors, groups = _optimizer_tensors(optimizer)
-        tensors["rng_state"] = torch.get_rng_state()  # dropout on the CPU draws from this generator
-        device = next(model.parameters()).device
-        if device.type == "cuda":
-            tensors["cuda_rng_state"] = torch.cuda.get_rng_state(device)  # and on a GPU from this one
+        states = random_states or [random_state(next(model.parameters()).device)]
+        for name in states[0]:  # "rng_states": row r holds process r's CPU generator; "cuda_rng_states" its GPU's
+            tensors[f"{name}s"] = torch.stack([state[name] for state in states])
         save_file(tensors, tmp / "optimizer.safetensors")
         info["param_groups"] = groups
     shutil.copyfile(tokenizer_file, tmp / "tokenizer.json")
@@ -263,24 +280,41 @@ def _config(path: Path, info: dict) -> TransformerConfig:
     return config
 
 
-def load_optimizer_state(optimizer: torch.optim.Optimizer, path: str | Path, device: torch.device | str) -> None:
-    """Restore Adam's state and the random-number generators saved in the checkpoint folder `path`."""
+def load_optimizer_state(optimizer: torch.optim.Optimizer, path: str | Path, device: torch.device | str,
+                         rank: int = 0, world_size: int = 1) -> int:
+    """Restore Adam's state saved in the checkpoint folder `path`, and process `rank`'s random-number generators
+    when the folder holds those of `world_size` processes. Returns how many processes' generators it holds."""
+    if check_int("rank", rank, minimum=0) >= check_int("world_size", world_size):
+        raise ValueError(f"rank must be below world_size={world_size} (ranks count from 0); got rank={rank}")
+
     def read() -> tuple[dict, dict[str, torch.Tensor]]:
         folder = existing(Path(path))
         info = _read_info(folder)
         return info, _load_tensors(folder, "optimizer.safetensors", info)
 
     info, tensors = _retry_torn(read)
-    torch.set_rng_state(tensors.pop("rng_state"))
-    cuda_rng_state = tensors.pop("cuda_rng_state", None)
-    if cuda_rng_state is not None and torch.device(device).type == "cuda":
-        torch.cuda.set_rng_state(cuda_rng_state, torch.device(device))
+    saved_processes = _restore_generators(tensors, rank, world_size, device)
     state: dict[int, dict[str, torch.Tensor]] = {}
     for key, value in tensors.items():
         index, name = key.split(".", 1)
         state.setdefault(int(index), {})[name] = value
     # load_state_dict moves each moment estimate to its weight's device and dtype.
     optimizer.load_state_dict({"state": state, "param_groups": info["param_groups"]})
+    return saved_processes
+
+
+def _restore_generators(tensors: dict[str, torch.Tensor], rank: int, world_size: int,
+                        device: torch.device | str) -> int:
+    """Take the generators out of `tensors`; set this process's own when `world_size` processes saved theirs."""
+    cpu, cuda = tensors.pop("rng_states", None), tensors.pop("cuda_rng_states", None)
+    if cpu is None:  # written before every process's generators were kept: process 0's alone
+        cpu, cuda = tensors.pop("rng_state")[None], tensors.pop("cuda_rng_state", None)
+        cuda = None if cuda is None else cuda[None]
+    if len(cpu) == world_size:  # each row copied: torch.set_rng_state crashes on a row that is a view of the rest
+        torch.set_rng_state(cpu[rank].clone())
+        if cuda is not None and torch.device(device).type == "cuda":
+            torch.cuda.set_rng_state(cuda[rank].clone(), torch.device(device))
+    return len(cpu)
 
 # %% ../../chapters/10a_engineering_the_run.ipynb #10b00027
 def average_checkpoints(paths: list[str | Path], device: torch.device | str = "cpu") -> tuple[Transformer,

@@ -102,12 +102,28 @@ class Processes:
         """This process's shard of each batch."""
         return [shard(batch, self.rank, self.world_size) for batch in batches] if self.distributed else batches
 
-    def wrap(self, model: nn.Module, loss_fn: nn.Module, device: torch.device, seed: int) -> tuple[nn.Module,
-                                                                                                   nn.Module]:
+    def seed(self, seed: int, saved: int = 0) -> bool:
+        """Give this process its own random stream, from `seed + 1000 * rank`, so that dropout draws other masks
+        on each shard; True if it did. `saved`: how many processes' generators the checkpoint resumed from held
+        (0: a new run). With as many as now, each process took back its own and keeps it; a new run in one process
+        keeps the stream it was seeded with."""
+        if saved == self.world_size or not (saved or self.distributed):
+            return False
+        torch.manual_seed(seed + 1000 * self.rank)
+        return True
+
+    def gather(self, value: object) -> list:
+        """Every process's `value`, in the order of the ranks, handed to every process (alone: `[value]`)."""
+        if not self.distributed:
+            return [value]
+        values = [None] * self.world_size
+        dist.all_gather_object(values, value)
+        return values
+
+    def wrap(self, model: nn.Module, loss_fn: nn.Module, device: torch.device) -> tuple[nn.Module, nn.Module]:
         """The model and loss a process trains with: DDP and ShardedLoss in a group, the plain ones alone."""
         if not self.distributed:
             return model, loss_fn
-        torch.manual_seed(seed + 1000 * self.rank)  # each process its own dropout masks
         ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
         return ddp, ShardedLoss(loss_fn, PAD_ID)
 

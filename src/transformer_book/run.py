@@ -19,6 +19,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from . import data, runfolder
 from .checkpoint import RunRecord, load_checkpoint, load_optimizer_state, save_checkpoint
+from .checkpoint import random_state
 from .checks import check_choice
 from .distributed import Processes
 from .masking import Batch
@@ -73,7 +74,7 @@ def train_epochs(run: "Run", max_steps: int | None, progress: bool) -> None:
         return  # a run the safety limit stopped stays stopped
     run.record.stopped = None
     state = run.record.train_state
-    model, loss_fn = run.processes.wrap(run.model, run.loss_fn, run.device, seed=run.preset.seed + state.step)
+    model, loss_fn = run.processes.wrap(run.model, run.loss_fn, run.device)
     fit(model, run.batches, run.optimizer, loss_fn, device=run.device, epochs=run.preset.epochs,
         scheduler=run.scheduler, amp_dtype=run.amp_dtype, scaler=run.scaler, state=state,
         on_step_end=partial(after_step, run, max_steps), on_epoch_end=partial(evaluate_and_save, run),
@@ -139,15 +140,18 @@ def build_or_resume(preset: Preset, out: Path, device: torch.device, processes: 
     optimizer = make_optimizer(model)
     amp_dtype = pick_amp_dtype(device, preset.amp)
     scaler = torch.amp.GradScaler(device.type) if amp_dtype == torch.float16 else None
-    record = RunRecord(preset=asdict(preset), device=str(device), amp=str(amp_dtype))
+    record, saved = RunRecord(preset=asdict(preset), device=str(device), amp=str(amp_dtype)), 0
     if runfolder.has_checkpoint(out):
-        record = resume(out, preset, model, optimizer, scaler, corpus.tokenizer, device)
+        record, saved = resume(out, preset, model, optimizer, scaler, corpus.tokenizer, device, processes)
         state = record.train_state
         if state.epoch >= preset.epochs or record.stopped == "time limit":
             log(f"the run in {out} is complete (step {state.step}, {state.epoch} epochs): nothing left to train")
         else:
             log(f"resuming {out} at step {state.step} (epoch {state.epoch + 1}, batch {state.batch_in_epoch})")
     state = record.train_state
+    if processes.seed(preset.seed + state.step, saved) and saved:  # resumed in another number of processes
+        log(f"{out} holds the random generators of {saved} process(es) and this run has {processes.world_size}: "
+            f"each reseeds, so dropout draws other masks than a run that never stopped")
     # last_epoch = updates already made - 1: a resumed schedule continues where it stopped. Steps whose update
     # float16's scaler skipped did not advance it (chapter 7's train_step).
     scheduler = WarmupSchedule(
@@ -161,9 +165,9 @@ def build_or_resume(preset: Preset, out: Path, device: torch.device, processes: 
 
 def resume(out: Path, preset: Preset, model: Transformer, optimizer: torch.optim.Optimizer,
            scaler: torch.amp.GradScaler | None, tokenizer: runfolder.RunTokenizer,
-           device: torch.device) -> RunRecord:
-    """Load the run folder's `last/` into the model, Adam and the scaler; returns its record.
-    Refuses another run's."""
+           device: torch.device, processes: Processes) -> tuple[RunRecord, int]:
+    """Load the run folder's `last/` into the model, Adam, the scaler and this process's random generators; returns
+    its record and how many processes' generators `last/` holds. Refuses another run's."""
     saved_model, saved = load_checkpoint(out / "last", device)
     record = saved.record  # a ValueError naming what is missing when train() did not write it
     if saved.tokenizer_sha256 != tokenizer.sha256:
@@ -177,23 +181,23 @@ def resume(out: Path, preset: Preset, model: Transformer, optimizer: torch.optim
             f"it with the same ones, or give another output folder"
         )
     model.load_state_dict(saved_model.state_dict())
-    load_optimizer_state(optimizer, saved.path, device)
+    saved_processes = load_optimizer_state(optimizer, saved.path, device, processes.rank, processes.world_size)
     if scaler is not None and record.scaler is not None:
         scaler.load_state_dict(record.scaler)  # the loss scale float16 had settled on
-    return record
+    return record, saved_processes
 
 
 def save(run: Run, name: str, copy_now: bool = False) -> None:
     """Save `last` (all that resuming needs) or `best` (weights only: all that translating needs)."""
+    if name == "last":  # in every process: each hands over its random generators, and all know the step saved
+        run.saved_step, generators = run.record.train_state.step, run.processes.gather(random_state(run.device))
     if not run.processes.is_main:
         return  # one writer: the processes hold the same weights
     start = time.perf_counter()
     if run.scaler is not None:
         run.record.scaler = run.scaler.state_dict()
     save_checkpoint(run.out / name, run.model, run.optimizer if name == "last" else None, run.record,
-                    run.corpus.tokenizer.path)
-    if name == "last":
-        run.saved_step = run.record.train_state.step
+                    run.corpus.tokenizer.path, generators if name == "last" else None)
     run.copier.copy(now=copy_now)  # seldom: on Google Drive every replaced copy goes to the trash
     run.save_seconds += time.perf_counter() - start
 
