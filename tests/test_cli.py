@@ -107,6 +107,21 @@ def test_an_out_that_is_a_file_is_refused(run, capsys, monkeypatch):
     assert "is a file; name a folder for the run" in err and "Errno" not in err
 
 
+def test_an_out_that_is_a_checkpoint_folder_is_refused(run, capsys, monkeypatch):
+    monkeypatch.setattr(cli, "train", lambda *a, **k: pytest.fail("trained a run inside a checkpoint"))
+    err = _error(capsys, ["train", "--preset", "smoke", "--out", str(run / "best")])
+    assert "is a checkpoint folder (it holds checkpoint.json); name a folder for the run" in err
+    assert sorted(p.name for p in (run / "best").iterdir()) == ["checkpoint.json", "model.safetensors", "tokenizer.json"]
+
+
+def test_an_out_that_cannot_be_made_names_the_folder_and_the_fix(tmp_path, capsys, monkeypatch):
+    (tmp_path / "taken").write_text("a file where the run's parent folder would go")
+    monkeypatch.setattr(cli, "train", lambda *a, **k: pytest.fail("trained into a folder it could not make"))
+    err = _error(capsys, ["train", "--preset", "smoke", "--out", str(tmp_path / "taken" / "run")])
+    assert f"cannot create {tmp_path / 'taken' / 'run'}: " in err and "choose an --out you can write to" in err
+    assert "Errno" not in err
+
+
 # --max-steps counts the run's updates in all --------------------------------------------------------------------
 
 def test_max_steps_a_run_already_reached_trains_nothing(run, capsys, monkeypatch):

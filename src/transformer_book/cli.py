@@ -138,13 +138,17 @@ def _saved(out: Path) -> RunRecord | None:
         return None  # train() says what is wrong with it
 
 
-def _finished(out: Path, preset: Preset) -> RunRecord | None:
-    """The record of the run in `out` when it has nothing left to train with `preset`, else None."""
-    record = _saved(out)
-    if record is None:
-        return None
-    done = record.train_state.epoch >= preset.epochs or record.stopped == "time limit"
-    return record if done and not preset_differences(record.preset, preset) else None
+def _run_folder(out: str) -> Path:
+    """The run folder, made if need be; refused, saying why, when it is a file or a checkpoint or cannot be made."""
+    path = Path(out)
+    if path.is_file() or (path / "checkpoint.json").exists():
+        kind = "a file" if path.is_file() else "a checkpoint folder (it holds checkpoint.json)"
+        raise ValueError(f"--out {out} is {kind}; name a folder for the run, for example runs/multi30k")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise OSError(f"cannot create {out}: {error.strerror}; choose an --out you can write to") from None
+    return path
 
 
 class _Terminated(KeyboardInterrupt):
@@ -302,18 +306,18 @@ def _train(args: argparse.Namespace) -> int:
     """`train`: say so when the run is already complete, else train or resume it; then say where it stands."""
     distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1  # started by torchrun with several processes
     preset = choose_preset(args.preset, amp=args.amp, direction=args.direction)
-    if Path(args.out).exists() and not Path(args.out).is_dir():
-        raise ValueError(f"--out {args.out} is a file; name a folder for the run, for example runs/multi30k")
-    saved = None if distributed else _saved(Path(args.out))
-    if args.max_steps is not None and saved is not None and saved.train_state.step >= args.max_steps:
+    saved = None if distributed else _saved(_run_folder(args.out))
+    if saved is not None and preset_differences(saved.preset, preset):
+        saved = None  # train() refuses it, naming the differences
+    if saved is not None and (saved.train_state.epoch >= preset.epochs or saved.stopped == "time limit"):
+        print(f"the run in {args.out} is complete ({saved.train_state.step} updates); nothing to train. "
+              f"Translate with its best weights, or give another --out to train anew", file=sys.stderr)
+        run = saved
+    elif saved is not None and args.max_steps is not None and saved.train_state.step >= args.max_steps:
         print(f"the run in {args.out} already has {saved.train_state.step} updates (--max-steps {args.max_steps} "
               f"asks for no more); nothing to train. Give a larger --max-steps, or leave it out to train the whole "
               f"budget", file=sys.stderr)
         return 0
-    if not distributed and (done := _finished(Path(args.out), preset)):
-        print(f"the run in {args.out} is complete ({done.train_state.step} updates); nothing to train. "
-              f"Translate with its best weights, or give another --out to train anew", file=sys.stderr)
-        run = done
     else:
         device = _join_torchrun() if distributed else None
         try:
@@ -326,10 +330,8 @@ def _train(args: argparse.Namespace) -> int:
             best = max(r["val_bleu"] for r in run.history)
             print(f"best validation BLEU {best:.2f}; checkpoints in {args.out}/best and {args.out}/last")
         else:
-            print(
-                f"stopped after {run.train_state.step} updates ({run.stopped}), before the first epoch ended, "
-                f"so nothing is scored yet; run again without --max-steps to go on (checkpoint in {args.out}/last)"
-            )
+            print(f"stopped after {run.train_state.step} updates ({run.stopped}), before the first epoch ended, so "
+                  f"nothing is scored yet; run again without --max-steps to go on (checkpoint in {args.out}/last)")
     return 0
 
 
