@@ -533,3 +533,10 @@ def test_fit_raises_on_an_epoch_without_batches(batches):
     model = tiny_model()
     with pytest.raises(ValueError, match="batches is empty for epoch"):
         fit(model, batches, make_optimizer(model), LabelSmoothingLoss(0.1), device=CPU, epochs=2, progress=False)
+
+
+def test_a_schedule_given_the_model_instead_of_its_optimizer_says_so():
+    # The package review: WarmupSchedule(model, ...) failed with "'Linear' object has no attribute 'param_groups'".
+    with pytest.raises(TypeError, match=r"optimizer must be a torch.optim.Optimizer \(the model's Adam, not the "
+                                        r"model\); got Linear"):
+        WarmupSchedule(nn.Linear(2, 2), d_model=8, warmup_steps=4)

@@ -129,6 +129,9 @@ class WarmupSchedule(torch.optim.lr_scheduler.LambdaLR):
         self, optimizer: torch.optim.Optimizer, d_model: int, warmup_steps: int, factor: float = 1.0,
         last_epoch: int = -1,
     ):
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            raise TypeError(f"optimizer must be a torch.optim.Optimizer (the model's Adam, not the model); "
+                            f"got {type(optimizer).__name__}")
         if warmup_steps < 1:
             raise ValueError(f"warmup_steps must be at least 1; got {warmup_steps}")
         if last_epoch != -1 and any("initial_lr" not in group for group in optimizer.param_groups):
