@@ -122,6 +122,14 @@ def test_an_out_that_cannot_be_made_names_the_folder_and_the_fix(tmp_path, capsy
     assert "Errno" not in err
 
 
+def test_another_preset_into_a_run_folder_names_the_run_s_preset_in_one_short_line(run, capsys, monkeypatch):
+    # The package review: --preset cpu into a smoke run listed all fifteen sizes that differ.
+    monkeypatch.setattr(cli, "train", lambda *a, **k: pytest.fail("trained another preset into the run"))
+    err = _error(capsys, ["train", "--preset", "cpu", "--out", str(run)])
+    assert err == (f"error: {run} holds a run of preset 'smoke', not 'cpu': resume it with --preset smoke, or give "
+                   f"another --out to train anew\n")
+
+
 # --max-steps counts the run's updates in all --------------------------------------------------------------------
 
 def test_max_steps_a_run_already_reached_trains_nothing(run, capsys, monkeypatch):

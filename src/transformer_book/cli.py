@@ -155,15 +155,14 @@ class _Terminated(KeyboardInterrupt):
     """SIGTERM (`kill`, a batch scheduler or a notebook host ending the process), stopped as Ctrl-C stops."""
 
 
-def _terminate(signum: int, frame: object) -> None:
-    raise _Terminated
-
-
 @contextmanager
 def _sigterm_as_interrupt():
     """Within: SIGTERM raises _Terminated, so that the run folder's lock is let go and main says where it stands."""
+    def terminate(signum: int, frame: object) -> None:
+        raise _Terminated
+
     main_thread = threading.current_thread() is threading.main_thread()  # only it may set a handler
-    previous = signal.signal(signal.SIGTERM, _terminate) if main_thread else None
+    previous = signal.signal(signal.SIGTERM, terminate) if main_thread else None
     try:
         yield
     finally:
@@ -198,8 +197,7 @@ _DESCRIPTIONS = {
 }
 _EXAMPLES = """examples:
   python -m transformer_book train --preset smoke --out runs/smoke   (seconds; cpu: about an hour)
-  python -m transformer_book translate --checkpoint runs/smoke/best "Ein Hund läuft."
-  python -m transformer_book evaluate --checkpoint runs/smoke/best --split test2016"""
+  python -m transformer_book translate --checkpoint runs/smoke/best "Ein Hund läuft."; evaluate likewise"""
 
 # %% ../../chapters/10a_engineering_the_run.ipynb #10b00044
 class _ShowDefaults(argparse.ArgumentDefaultsHelpFormatter):
@@ -307,6 +305,9 @@ def _train(args: argparse.Namespace) -> int:
     distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1  # started by torchrun with several processes
     preset = choose_preset(args.preset, amp=args.amp, direction=args.direction)
     saved = None if distributed else _saved(_run_folder(args.out))
+    if saved is not None and (name := saved.preset.get("name", preset.name)) != preset.name:
+        raise ValueError(f"{args.out} holds a run of preset {name!r}, not {preset.name!r}: resume it with --preset "
+                         f"{name}, or give another --out to train anew")
     if saved is not None and preset_differences(saved.preset, preset):
         saved = None  # train() refuses it, naming the differences
     if saved is not None and (saved.train_state.epoch >= preset.epochs or saved.stopped == "time limit"):
