@@ -244,3 +244,12 @@ def test_dropout_given_as_a_probability():
 
 def re_escape_shape(shape: tuple[int, ...]) -> str:
     return r"\(" + ", ".join(str(n) for n in shape) + r"\)"
+
+
+def test_inputs_that_are_not_tensors_are_a_type_error_naming_them():
+    # The package review: a list as query failed with "'list' object has no attribute 'dim'".
+    q = torch.randn(2, 4, 8)
+    with pytest.raises(TypeError, match=r"query must be a tensor \(\.\.\., length, features\); got list"):
+        scaled_dot_product_attention([[1.0] * 8] * 4, q, q)
+    with pytest.raises(TypeError, match=r"value must be a tensor .*; got ndarray"):
+        scaled_dot_product_attention(q, q, q.numpy())

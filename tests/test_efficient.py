@@ -392,3 +392,11 @@ def test_gqa_in_chapter_11_stack_generates_the_same_tokens_with_and_without_the_
     cache = stack.new_cache()
     stack(prompt, cache=cache)
     assert cache[0].key.shape == (3, 2, 4, 4)  # (B, H_kv, T, D_h): the GQA layer filled the cache itself
+
+
+def test_a_feature_map_that_is_not_a_function_is_a_type_error_naming_it():
+    # The package review: feature_map=3 failed with "'int' object is not callable".
+    q = torch.randn(2, 4, 8)
+    for attend in (linear_attention, linear_attention_recurrent):
+        with pytest.raises(TypeError, match=r"feature_map must be a function of a tensor"):
+            attend(q, q, q, feature_map=3)

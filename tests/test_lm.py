@@ -432,3 +432,9 @@ def test_generate_checks_the_prompt_once_not_at_every_step(monkeypatch, use_cach
     out = generate(tiny("2017"), prompt, 20, temperature=0, use_cache=use_cache)
     assert out.shape == (3, 24)  # 20 steps ran
     assert seen == [(3, 4)], f"the prompt only, once; got {seen}"
+
+
+def test_a_stack_of_the_wrong_config_is_a_type_error_naming_it():
+    # The package review: TransformerStack({}) failed with "'dict' object has no attribute 'positions'".
+    with pytest.raises(TypeError, match=r"config must be a StackConfig, .*; got dict"):
+        TransformerStack({"vocab_size": 10})

@@ -498,3 +498,10 @@ def test_make_batch_refuses_a_bad_pad_id(pad_id, error, message):
     src, tgt = torch.tensor([[3, 4, 2]]), torch.tensor([[1, 4, 3, 2]])
     with pytest.raises(error, match=message):
         make_batch(src, tgt, pad_id)
+
+
+@pytest.mark.parametrize("pad_id, error", [("0", TypeError), (-1, ValueError)])
+def test_a_pad_id_that_is_not_a_token_id_names_pad_id(pad_id, error):
+    # The package review: padding_mask(tokens, "0") failed with "'bool' object is not subscriptable".
+    with pytest.raises(error, match=r"pad_id must be an int"):
+        padding_mask(torch.tensor([[5, 6, 0]]), pad_id)

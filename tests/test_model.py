@@ -477,3 +477,11 @@ def test_source_mask_in_the_recurrent_layout_is_refused(norm_first):
         net.decode(tgt_in, memory, flat[:, None, None, :4])
     with pytest.raises(TypeError, match=r"src_mask must be a boolean tensor .* got list"):
         net.encode(src, [[True] * 5] * 5)
+
+
+def test_a_model_or_copy_of_the_wrong_object_is_a_type_error_naming_the_argument():
+    # The package review: a dict of sizes, or another module, failed deep inside with an AttributeError.
+    with pytest.raises(TypeError, match=r"config must be a TransformerConfig, .*; got dict"):
+        Transformer({"src_vocab_size": 40, "tgt_vocab_size": 40})
+    with pytest.raises(TypeError, match=r"model must be this book's Transformer \(chapter 6\); got Linear"):
+        to_torch_transformer(nn.Linear(2, 2))

@@ -211,12 +211,12 @@ def test_two_processes_saving_into_one_folder_take_turns(saved, tmp_path):
 
 # 5. no tracebacks -----------------------------------------------------------------------------------------------
 
-def test_ctrl_c_exits_130_with_one_line_saying_the_run_resumes(monkeypatch, capsys, tmp_path):
+def test_ctrl_c_exits_130_with_one_line_saying_the_run_resumes(saved, monkeypatch, capsys, tmp_path):
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(cli, "train", interrupted)
-    assert cli.main(["train", "--preset", "smoke", "--out", str(tmp_path / "run")]) == 130
+    assert cli.main(["train", "--preset", "smoke", "--out", str(tmp_path / "run")]) == 130  # saved: run/last
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "run the same command again to resume" in err
 

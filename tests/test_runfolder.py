@@ -175,7 +175,8 @@ def test_snapshots_are_named_by_step_and_pruned_to_the_last_ones(tmp_path):
     assert runfolder.last_snapshots(tmp_path / "snapshots", 0) == []
 
 
-def test_amp_is_an_argument_and_the_command_line_writes_no_environment(monkeypatch):
+def test_amp_is_an_argument_and_the_command_line_writes_no_environment(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)  # train makes its --out folder, "unused"
     monkeypatch.delenv("TRANSFORMER_BOOK_AMP", raising=False)
     assert choose_preset("cpu", amp="off").amp == "off"
     with pytest.raises(ValueError, match="amp must be one of"):

@@ -270,3 +270,9 @@ def test_attention_beats_one_vector_on_a_tiny_copy_task():
         torch.set_num_threads(threads)
     assert attended > 0.75, attended  # 0.90 when written (one vector: 0.23)
     assert attended > one_vector + 0.4, (one_vector, attended)
+
+
+def test_attention_must_be_a_bool():
+    # The package review: attention="yes" (any value at all) was accepted as True.
+    with pytest.raises(TypeError, match=r"attention must be True or False; got 'yes'"):
+        RecurrentSeq2Seq(20, attention="yes")

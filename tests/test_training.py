@@ -2,6 +2,7 @@
 
 import copy
 import math
+import sys
 import warnings
 
 import pytest
@@ -533,3 +534,28 @@ def test_fit_raises_on_an_epoch_without_batches(batches):
     model = tiny_model()
     with pytest.raises(ValueError, match="batches is empty for epoch"):
         fit(model, batches, make_optimizer(model), LabelSmoothingLoss(0.1), device=CPU, epochs=2, progress=False)
+
+
+def test_a_schedule_given_the_model_instead_of_its_optimizer_says_so():
+    # The package review: WarmupSchedule(model, ...) failed with "'Linear' object has no attribute 'param_groups'".
+    with pytest.raises(TypeError, match=r"optimizer must be a torch.optim.Optimizer \(the model's Adam, not the "
+                                        r"model\); got Linear"):
+        WarmupSchedule(nn.Linear(2, 2), d_model=8, warmup_steps=4)
+
+
+def test_an_interrupted_epoch_closes_its_progress_bar_before_the_interrupt_goes_on(capsys):
+    # The package review: the command line's Ctrl-C message was printed inside the bar's line.
+    def interrupt(state):
+        raise KeyboardInterrupt
+
+    set_seed(0)
+    model = tiny_model()
+    capsys.readouterr()
+    try:
+        fit(model, copy_batches(3, seed=0), make_optimizer(model, lr=1e-3), LabelSmoothingLoss(0.1), device=CPU,
+            on_step_end=interrupt, progress=True)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)  # as the command line says it, while the traceback is alive
+    err = capsys.readouterr().err
+    lines = err.splitlines()
+    assert lines[-1] == "interrupted" and "epoch 1/1" in lines[-2], repr(err)  # the bar's last line, then it

@@ -498,3 +498,21 @@ def test_a_run_trained_en_de_reads_english_and_refuses_to_resume_the_other_way(t
         "bleu": 0.0, "bleu_lowercase": 0.0, "brevity_penalty": 1.0, "signature": "-"})
     assert cli_main(["evaluate", "--checkpoint", str(tmp_path / "run" / "last"), "--split", "val"]) == 0
     assert scored[0][:3] == corpus.val_pairs[:3]  # English sources, German references
+
+
+def test_a_translator_of_the_wrong_objects_says_how_to_load_one(small_checkpoint):
+    # The package review: Translator("m", tokenizer) failed with "'str' object has no attribute 'parameters'".
+    model, path = small_checkpoint
+    tokenizer = Translator.from_checkpoint(path, device="cpu").tokenizer
+    for args in (("runs/multi30k/best", tokenizer), (model, "tok.json")):
+        with pytest.raises(TypeError, match=r"must be a Transformer and a tokenizers.Tokenizer .*"
+                                            r"Translator.from_checkpoint\(path\)"):
+            Translator(*args)
+
+
+@pytest.mark.parametrize("max_steps, error", [(0, ValueError), (-1, ValueError), (2.5, TypeError)])
+def test_train_refuses_a_max_steps_that_is_not_a_positive_int_before_touching_its_folder(tmp_path, max_steps, error):
+    # The package review: train("smoke", out, max_steps=0) trained one update and wrote a run folder.
+    with pytest.raises(error, match="max_steps must be an int"):
+        train("smoke", tmp_path / "run", device="cpu", max_steps=max_steps)
+    assert not (tmp_path / "run").exists()

@@ -17,6 +17,9 @@ __all__ = ['scaled_dot_product_attention']
 # %% ../../chapters/02_attention.ipynb #4ab55d3b
 def _check_inputs(query: Tensor, key: Tensor, value: Tensor, dropout: nn.Module | None) -> None:
     """Raise ValueError/TypeError, naming what was seen, when the inputs cannot be attended together."""
+    for name, tensor in (("query", query), ("key", key), ("value", value)):
+        if not isinstance(tensor, Tensor):
+            raise TypeError(f"{name} must be a tensor (..., length, features); got {type(tensor).__name__}")
     if query.dim() < 2 or key.dim() < 2 or value.dim() < 2:
         raise ValueError(
             f"query, key and value need at least 2 dimensions (..., length, features); got shapes "

@@ -8,7 +8,10 @@ __all__ = ['LANGUAGES', 'main']
 import argparse
 import math
 import os
+import signal
 import sys
+import threading
+from contextlib import contextmanager
 from dataclasses import fields
 from pathlib import Path
 
@@ -19,7 +22,7 @@ from .checkpoint import RunRecord, average_checkpoints, load_checkpoint
 from .distributed import start_distributed
 from .presets import AMP_CHOICES, DIRECTIONS, PRESETS, Preset, choose_preset, in_direction
 from .presets import pick_device, preset_differences
-from .run import train
+from .run import SAVE_EVERY_STEPS, train
 from .runfolder import existing, has_checkpoint, last_snapshots
 from .safefiles import read_record
 from .translate import Translator, evaluate
@@ -63,23 +66,40 @@ _BEAM_HELP = "beam width; default: the one the run's preset names (1 is greedy d
 _DEFAULT_BEAM = next(f.default for f in fields(Preset) if f.name == "beam_size")  # for a checkpoint with no preset
 
 
+def _check_checkpoint(checkpoint: str, average: int | None) -> None:
+    """Refuse, saying what to pass instead, a --checkpoint that is a file, a whole run folder or its snapshots."""
+    path, snapshots = Path(checkpoint), last_snapshots(Path(checkpoint), 1)
+    if path.is_file():
+        near = [p for p in (path.parent, path.parent / "best") if (p / "checkpoint.json").is_file()]
+        raise ValueError(f"--checkpoint {checkpoint} is a file; a checkpoint is a folder, for example "
+                         f"{(near or ['runs/multi30k/best'])[0]}")
+    if average is not None or not path.is_dir() or (path / "checkpoint.json").exists():
+        return
+    if any((path / name).exists() for name in ("best", "last", "best.old", "last.old")):
+        raise ValueError(f"{checkpoint} is a run folder; pass one of its checkpoints: {path / 'best'} (the best "
+                         f"validation BLEU) or {path / 'last'}")
+    if snapshots:
+        raise ValueError(f"{checkpoint} holds snapshots (step-* folders): add --average N to use the mean of the "
+                         f"last N, or pass one of them, for example {snapshots[0]}")
+
+
 def _translator(checkpoint: str, average: int | None, allow_fewer: bool) -> tuple[Translator, int]:
     """The Translator of a checkpoint folder, or of the mean of its last `average` snapshots; and its beam width."""
+    if allow_fewer and average is None:
+        raise ValueError("--allow-fewer only goes with --average N (it lets N exceed the snapshots there are); "
+                         "add --average N, or leave --allow-fewer out")
+    _check_checkpoint(checkpoint, average)
     device = pick_device()
     if average is None:
         model, saved = load_checkpoint(checkpoint, device)
     else:
         snapshots = last_snapshots(Path(checkpoint), average)
         if not snapshots:
-            raise ValueError(
-                f"{checkpoint} holds no snapshots (step-* folders); with --average pass a run's snapshots folder, "
-                f"for example runs/multi30k/snapshots"
-            )
+            raise ValueError(f"{checkpoint} holds no snapshots (step-* folders); with --average pass a run's "
+                             f"snapshots folder, for example runs/multi30k/snapshots")
         if len(snapshots) < average and not allow_fewer:
-            raise ValueError(
-                f"{checkpoint} holds {len(snapshots)} snapshots, fewer than --average {average}: give a smaller N, "
-                f"or add --allow-fewer to average the {len(snapshots)} there are"
-            )
+            raise ValueError(f"{checkpoint} holds {len(snapshots)} snapshots, fewer than --average {average}: "
+                             f"give a smaller N, or add --allow-fewer to average the {len(snapshots)} there are")
         model, saved = average_checkpoints(snapshots, device)
         print(f"averaged {len(snapshots)} snapshots: {', '.join(p.name for p in snapshots)}", file=sys.stderr)
     beam_size = saved.info.get("preset", {}).get("beam_size", _DEFAULT_BEAM)
@@ -108,16 +128,76 @@ def _sentences(arguments: list[str], language: str = "German") -> list[str | Non
     return sentences
 
 
-def _finished(out: Path, preset: Preset) -> RunRecord | None:
-    """The record of the run in `out` when it has nothing left to train with `preset`, else None."""
+def _saved(out: Path) -> RunRecord | None:
+    """The record of the run folder's `last/` checkpoint; None when it has none, or one that cannot be read."""
     if not has_checkpoint(out):
         return None
     try:
-        record = RunRecord.from_json(read_record(existing(out / "last")), out / "last")
+        return RunRecord.from_json(read_record(existing(out / "last")), out / "last")
     except (OSError, ValueError):
         return None  # train() says what is wrong with it
-    done = record.train_state.epoch >= preset.epochs or record.stopped == "time limit"
-    return record if done and not preset_differences(record.preset, preset) else None
+
+
+def _run_folder(out: str) -> Path:
+    """The run folder, made if need be; refused, saying why, when it is a file or a checkpoint or cannot be made."""
+    path = Path(out)
+    if path.is_file() or (path / "checkpoint.json").exists():
+        kind = "a file" if path.is_file() else "a checkpoint folder (it holds checkpoint.json)"
+        raise ValueError(f"--out {out} is {kind}; name a folder for the run, for example runs/multi30k")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise OSError(f"cannot create {out}: {error.strerror}; choose an --out you can write to") from None
+    return path
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM (`kill`, a batch scheduler or a notebook host ending the process), stopped as Ctrl-C stops."""
+
+
+@contextmanager
+def _sigterm_as_interrupt():
+    """Within: SIGTERM raises _Terminated, so that the run folder's lock is let go and main says where it stands."""
+    def terminate(signum: int, frame: object) -> None:
+        raise _Terminated
+
+    main_thread = threading.current_thread() is threading.main_thread()  # only it may set a handler
+    previous = signal.signal(signal.SIGTERM, terminate) if main_thread else None
+    try:
+        yield
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous or signal.SIG_DFL)  # None: set outside Python
+
+
+def _interrupted(args: argparse.Namespace, stop: KeyboardInterrupt) -> str:
+    """The line main prints when Ctrl-C or SIGTERM stops a command: for train, what the next run starts from."""
+    what = "stopped by SIGTERM" if isinstance(stop, _Terminated) else "interrupted"
+    if args.command != "train":
+        return what
+    saved = _saved(Path(args.out))
+    if saved is None:
+        return (f"{what} before the run's first checkpoint ({args.out}/last is saved every {SAVE_EVERY_STEPS} "
+                f"updates and at the end): the same command starts the run over")
+    return (f"{what}: {args.out}/last holds update {saved.train_state.step}; run the same command again to resume "
+            f"from there")
+
+
+_DESCRIPTIONS = {
+    "train": "Train a translation model on Multi30k, or resume the run in OUT: after an interruption, the same "
+    "command goes on from OUT/last. It writes OUT/tokenizer.json; OUT/last (the weights and Adam's state, for "
+    f"resuming; saved every {SAVE_EVERY_STEPS} updates and at the end); OUT/best (the weights with the best "
+    "validation BLEU: all that translate and evaluate need); OUT/snapshots (the last epochs' weights, for "
+    "--average). Multi30k is read from the folder $TRANSFORMER_BOOK_DATA names, else downloaded once into "
+    "~/.cache/transformer_book.",
+    "translate": "Translate sentences with a trained model: the arguments, else the lines of standard input. It "
+    "prints one translation per line on standard output, in the order of the sentences.",
+    "evaluate": "Translate a Multi30k split with a trained model and score it against the split's references with "
+    "sacreBLEU. It prints one line: BLEU, lowercased BLEU, BLEU's brevity penalty and sacreBLEU's signature.",
+}
+_EXAMPLES = """examples:
+  python -m transformer_book train --preset smoke --out runs/smoke   (seconds; cpu: about an hour)
+  python -m transformer_book translate --checkpoint runs/smoke/best "Ein Hund läuft."; evaluate likewise"""
 
 # %% ../../chapters/10a_engineering_the_run.ipynb #10b00044
 class _ShowDefaults(argparse.ArgumentDefaultsHelpFormatter):
@@ -136,24 +216,31 @@ class _OneLineErrors(argparse.ArgumentParser):
 
 def _parser() -> argparse.ArgumentParser:
     """The command line's arguments, each with its default in --help."""
-    parser = _OneLineErrors(prog="python -m transformer_book", description="Building the Transformer")
+    prog = "transformer-book" if Path(sys.argv[0]).name == "transformer-book" else "python -m transformer_book"
+    parser = _OneLineErrors(prog=prog, description="Building the Transformer: train a translation model on "
+                            "Multi30k, translate with it, score it.", epilog=_EXAMPLES,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"transformer_book {__version__}")
     parser.add_argument("--debug", action="store_true", help="show the full traceback of an error")
     commands = parser.add_subparsers(dest="command", required=True)
     command = dict(formatter_class=_ShowDefaults)
-    p = commands.add_parser("train", help="train (or resume) a translation model on Multi30k", **command)
-    p.add_argument("--preset", choices=sorted(PRESETS), default=None, help="default: gpu with CUDA, else cpu")
+    p = commands.add_parser("train", help="train (or resume) a translation model on Multi30k",
+                            description=_DESCRIPTIONS["train"], **command)
+    p.add_argument("--preset", choices=sorted(PRESETS), default=None,
+                   help="smoke: seconds, to try the commands; cpu: about an hour on a laptop; gpu: the paper's "
+                        "base model; default: gpu with CUDA, else cpu")
     p.add_argument("--out", type=_folder, default="runs/multi30k",
                    help="run folder; checkpoints in OUT/last, OUT/best")
     p.add_argument("--max-steps", type=_at_least_one, default=None,
-                   help="stop after this many steps (resumable); default: train the whole budget")
+                   help="stop once the run has this many updates in all, those of earlier calls included "
+                        "(run again without it to go on); default: train the whole budget")
     p.add_argument("--amp", choices=AMP_CHOICES, default=None,
                    help="arithmetic; default: the preset's (auto); off = float32, also where bfloat16 is available")
     p.add_argument("--direction", choices=DIRECTIONS, default=None,
                    help="de-en: German in, English out; en-de: the other way; default: the preset's (de-en)")
     for name, what in (("translate", "translate sentences (arguments, or lines on stdin) with a trained model"),
                        ("evaluate", "sacreBLEU of a checkpoint on a Multi30k split")):
-        p = commands.add_parser(name, help=what, **command)
+        p = commands.add_parser(name, help=what, description=_DESCRIPTIONS[name], **command)
         p.add_argument("--checkpoint", required=True, help="a checkpoint folder, e.g. runs/multi30k/best")
         if name == "evaluate":
             p.add_argument("--split", default="test2016", choices=sorted(data.SPLITS),
@@ -174,18 +261,18 @@ def main(argv: list[str] | None = None) -> int:
     """The command line: train, translate or evaluate (python -m transformer_book --help).
 
     An expected error (bad input, a missing or damaged file) prints `error: ...` and exits with status 2;
-    `--debug` shows the traceback instead. Ctrl-C prints one line and exits with status 130.
+    `--debug` shows the traceback instead. Ctrl-C (or SIGTERM) prints one line, saying for train what the next
+    run starts from, and exits with status 130 (143).
     """
     args = _parser().parse_args(argv)
     try:
-        return _run(args)
-    except KeyboardInterrupt:
+        with _sigterm_as_interrupt():
+            return _run(args)
+    except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM as _Terminated
         if args.debug:
             raise
-        resume = (f": the run in {args.out} keeps its last checkpoint; run the same command again to resume"
-                  if args.command == "train" else "")
-        print(f"interrupted{resume}", file=sys.stderr)
-        return 130
+        print(_interrupted(args, stop), file=sys.stderr)
+        return 128 + (signal.SIGTERM if isinstance(stop, _Terminated) else signal.SIGINT)
     except (ValueError, TypeError, OSError, RuntimeError, ArithmeticError, MemoryError) as error:
         if args.debug:  # DataError is a RuntimeError, a NaN loss's FloatingPointError an ArithmeticError
             raise
@@ -217,10 +304,21 @@ def _train(args: argparse.Namespace) -> int:
     """`train`: say so when the run is already complete, else train or resume it; then say where it stands."""
     distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1  # started by torchrun with several processes
     preset = choose_preset(args.preset, amp=args.amp, direction=args.direction)
-    if not distributed and (done := _finished(Path(args.out), preset)):
-        print(f"the run in {args.out} is complete ({done.train_state.step} updates); nothing to train. "
+    saved = None if distributed else _saved(_run_folder(args.out))
+    if saved is not None and (name := saved.preset.get("name", preset.name)) != preset.name:
+        raise ValueError(f"{args.out} holds a run of preset {name!r}, not {preset.name!r}: resume it with --preset "
+                         f"{name}, or give another --out to train anew")
+    if saved is not None and preset_differences(saved.preset, preset):
+        saved = None  # train() refuses it, naming the differences
+    if saved is not None and (saved.train_state.epoch >= preset.epochs or saved.stopped == "time limit"):
+        print(f"the run in {args.out} is complete ({saved.train_state.step} updates); nothing to train. "
               f"Translate with its best weights, or give another --out to train anew", file=sys.stderr)
-        run = done
+        run = saved
+    elif saved is not None and args.max_steps is not None and saved.train_state.step >= args.max_steps:
+        print(f"the run in {args.out} already has {saved.train_state.step} updates (--max-steps {args.max_steps} "
+              f"asks for no more); nothing to train. Give a larger --max-steps, or leave it out to train the whole "
+              f"budget", file=sys.stderr)
+        return 0
     else:
         device = _join_torchrun() if distributed else None
         try:
@@ -233,10 +331,8 @@ def _train(args: argparse.Namespace) -> int:
             best = max(r["val_bleu"] for r in run.history)
             print(f"best validation BLEU {best:.2f}; checkpoints in {args.out}/best and {args.out}/last")
         else:
-            print(
-                f"stopped after {run.train_state.step} updates ({run.stopped}), before the first epoch ended, "
-                f"so nothing is scored yet; run again without --max-steps to go on (checkpoint in {args.out}/last)"
-            )
+            print(f"stopped after {run.train_state.step} updates ({run.stopped}), before the first epoch ended, so "
+                  f"nothing is scored yet; run again without --max-steps to go on (checkpoint in {args.out}/last)")
     return 0
 
 

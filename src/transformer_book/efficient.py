@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -136,8 +137,14 @@ def elu_feature_map(x: Tensor) -> Tensor:
     return F.elu(x) + 1.0
 
 
+def _check_feature_map(feature_map: object) -> None:
+    if not callable(feature_map):
+        raise TypeError(f"feature_map must be a function of a tensor, such as elu_feature_map; got {feature_map!r}")
+
+
 def linear_attention(
-    query: Tensor, key: Tensor, value: Tensor, causal: bool = False, feature_map=elu_feature_map
+    query: Tensor, key: Tensor, value: Tensor, causal: bool = False,
+    feature_map: Callable[[Tensor], Tensor] = elu_feature_map,
 ) -> Tensor:
     """Attention with sim(q, k) = phi(q) . phi(k) instead of exp(q . k / sqrt(d_k)), in parallel form.
 
@@ -146,6 +153,7 @@ def linear_attention(
     the (T, T) table of similarities under chapter 5's causal mask, the reference for the recurrent form.
     """
     _check_inputs(query, key, value, None)
+    _check_feature_map(feature_map)
     phi_q, phi_k = feature_map(query), feature_map(key)  # (..., L_q, d_k), (..., L_k, d_k)
     if causal:
         if query.size(-2) != key.size(-2):
@@ -159,7 +167,7 @@ def linear_attention(
 
 
 def linear_attention_recurrent(
-    query: Tensor, key: Tensor, value: Tensor, feature_map=elu_feature_map
+    query: Tensor, key: Tensor, value: Tensor, feature_map: Callable[[Tensor], Tensor] = elu_feature_map
 ) -> Tensor:
     """Causal linear attention as a recurrence over a state (S, z) of fixed size: one step per position.
 
@@ -171,6 +179,7 @@ def linear_attention_recurrent(
             f"the recurrent form is causal self-attention: L_q == L_k needed; got {query.size(-2)} and "
             f"{key.size(-2)}"
         )
+    _check_feature_map(feature_map)
     phi_q, phi_k = feature_map(query), feature_map(key)
     batch = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])
     state = query.new_zeros(*batch, key.size(-1), value.size(-1))  # S_0 = 0: (..., d_k, d_v)

@@ -34,6 +34,8 @@ def to_torch_transformer(model: Transformer) -> nn.Transformer:
     encoder and decoder LayerNorms are replaced by nn.Identity: the paper's post-norm stacks have none.
     The copy comes back in model's mode (training or eval), so that its dropout is on exactly when model's is.
     """
+    if not isinstance(model, Transformer):
+        raise TypeError(f"model must be this book's Transformer (chapter 6); got {type(model).__name__}")
     c = model.config
     weight = model.src_embed.weight
     with warnings.catch_warnings():  # PyTorch warns that norm_first disables its nested-tensor fast path

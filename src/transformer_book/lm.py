@@ -140,6 +140,9 @@ class TransformerStack(nn.Module):
     """
 
     def __init__(self, config: StackConfig):
+        if not isinstance(config, StackConfig):
+            raise TypeError(f"config must be a StackConfig, such as StackConfig(vocab_size=1000); "
+                            f"got {type(config).__name__}")
         super().__init__()
         self.config = c = config
         rotary = c.positions == "rotary"

@@ -57,6 +57,7 @@ def padding_mask(tokens: Tensor, pad_id: int) -> Tensor:
     the outputs they produce are never used, since the loss skips padding labels.
     """
     check_token_ids("tokens", tokens)
+    check_int("pad_id", pad_id, minimum=0)
     return (tokens != pad_id)[:, None, None, :]  # (B, 1, 1, T): broadcasts over heads and queries
 
 # %% ../../chapters/05_masking.ipynb #ea963955

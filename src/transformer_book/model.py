@@ -244,6 +244,9 @@ class Transformer(nn.Module):
     """
 
     def __init__(self, config: TransformerConfig):
+        if not isinstance(config, TransformerConfig):
+            raise TypeError(f"config must be a TransformerConfig, such as TransformerConfig(src_vocab_size=1000, "
+                            f"tgt_vocab_size=1000); got {type(config).__name__}")
         super().__init__()
         self.config = c = config
         self.src_embed = nn.Embedding(c.src_vocab_size, c.d_model)

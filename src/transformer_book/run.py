@@ -20,7 +20,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from . import data, runfolder
 from .checkpoint import RunRecord, load_checkpoint, load_optimizer_state, save_checkpoint
 from .checkpoint import random_state
-from .checks import check_choice
+from .checks import check_choice, check_int
 from .distributed import Processes
 from .masking import Batch
 from .model import Transformer
@@ -50,6 +50,8 @@ def train(
     folder `out` is empty starts from them. Started by torchrun in several processes, each trains on its share of
     every batch, and process 0 alone evaluates, saves and logs.
     """
+    if max_steps is not None:
+        check_int("max_steps", max_steps)
     processes = Processes.current()  # this process alone, or one of torchrun's
     log = log if log is not None and processes.is_main else _quiet
     device = torch.device(device) if device is not None else pick_device()

@@ -105,6 +105,8 @@ class RecurrentSeq2Seq(nn.Module):
         self.vocab_size = check_int("vocab_size", vocab_size, minimum=max(PAD_ID, BOS_ID) + 1)
         check_int("embed_size", embed_size)
         check_int("hidden_size", hidden_size)
+        if not isinstance(attention, bool):
+            raise TypeError(f"attention must be True or False; got {attention!r}")
         self.source_embedding = nn.Embedding(vocab_size, embed_size, padding_idx=PAD_ID)
         self.target_embedding = nn.Embedding(vocab_size, embed_size, padding_idx=PAD_ID)
         self.encoder = nn.GRU(embed_size, hidden_size, batch_first=True)

@@ -129,6 +129,9 @@ class WarmupSchedule(torch.optim.lr_scheduler.LambdaLR):
         self, optimizer: torch.optim.Optimizer, d_model: int, warmup_steps: int, factor: float = 1.0,
         last_epoch: int = -1,
     ):
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            raise TypeError(f"optimizer must be a torch.optim.Optimizer (the model's Adam, not the model); "
+                            f"got {type(optimizer).__name__}")
         if warmup_steps < 1:
             raise ValueError(f"warmup_steps must be at least 1; got {warmup_steps}")
         if last_epoch != -1 and any("initial_lr" not in group for group in optimizer.param_groups):
@@ -277,33 +280,30 @@ def fit(
         epoch_batches = list(batches(state.epoch) if callable(batches) else batches)
         if not epoch_batches:
             raise ValueError(f"batches is empty for epoch {state.epoch}; pass at least one batch per epoch")
-        bar = tqdm(
+        with tqdm(  # closed however the epoch ends (error, Ctrl-C, stop): a message then starts a new line
             total=len(epoch_batches), initial=state.batch_in_epoch, desc=f"epoch {state.epoch + 1}/{epochs}",
             disable=not progress, leave=True, mininterval=2.0,
-        )
-        for batch in epoch_batches[state.batch_in_epoch :]:
-            start = time.perf_counter()
-            try:
-                loss, stepped = train_step(
-                    model, batch, optimizer, loss_fn, device=device, scheduler=scheduler,
-                    amp_dtype=amp_dtype, scaler=scaler, grad_clip=grad_clip,
-                )
-            except FloatingPointError as error:
-                bar.close()
-                raise FloatingPointError(f"step {state.step + 1} (epoch {state.epoch + 1}): {error}") from None
-            seconds = time.perf_counter() - start
-            state.step += 1
-            state.batch_in_epoch += 1
-            state.losses.append(loss)
-            state.skipped_steps += not stepped
-            state.tokens_seen += batch.num_tokens
-            state.train_seconds += seconds
-            bar.update(1)
-            bar.set_postfix(loss=f"{loss:.3f}", tok_per_s=f"{batch.num_tokens / seconds:,.0f}", refresh=False)
-            if on_step_end is not None and on_step_end(state):
-                bar.close()
-                return state
-        bar.close()
+        ) as bar:
+            for batch in epoch_batches[state.batch_in_epoch :]:
+                start = time.perf_counter()
+                try:
+                    loss, stepped = train_step(
+                        model, batch, optimizer, loss_fn, device=device, scheduler=scheduler,
+                        amp_dtype=amp_dtype, scaler=scaler, grad_clip=grad_clip,
+                    )
+                except FloatingPointError as error:
+                    raise FloatingPointError(f"step {state.step + 1} (epoch {state.epoch + 1}): {error}") from None
+                seconds = time.perf_counter() - start
+                state.step += 1
+                state.batch_in_epoch += 1
+                state.losses.append(loss)
+                state.skipped_steps += not stepped
+                state.tokens_seen += batch.num_tokens
+                state.train_seconds += seconds
+                bar.update(1)
+                bar.set_postfix(loss=f"{loss:.3f}", tok_per_s=f"{batch.num_tokens / seconds:,.0f}", refresh=False)
+                if on_step_end is not None and on_step_end(state):
+                    return state
         state.epoch += 1
         state.batch_in_epoch = 0
         if on_epoch_end is not None:

@@ -31,6 +31,10 @@ class Translator:
         self, model: Transformer, tokenizer: Tokenizer, device: torch.device | str | None = None,
         batch_size: int = 64, direction: str = "de-en",
     ):
+        if not isinstance(model, Transformer) or not isinstance(tokenizer, Tokenizer):
+            raise TypeError(f"model and tokenizer must be a Transformer and a tokenizers.Tokenizer (to load both "
+                            f"from a checkpoint: Translator.from_checkpoint(path)); got {type(model).__name__} "
+                            f"and {type(tokenizer).__name__}")
         self.device = torch.device(device) if device is not None else next(model.parameters()).device
         self.model, self.tokenizer = model.to(self.device), tokenizer
         self.batch_size = check_int("batch_size", batch_size)  # sentences decoded together

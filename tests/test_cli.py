@@ -1,0 +1,188 @@
+"""The command line as a user meets it after the book (python -m transformer_book): what --help says, the folder
+slips a user makes, --max-steps on a resumed run, and a train stopped by Ctrl-C or by SIGTERM.
+
+Each test is a probe of the package review (a slip a user made, what the command answered) turned into a test;
+each fails on the code before its fix."""
+
+import dataclasses
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from transformer_book import cli, data
+from transformer_book.checkpoint import RunRecord, save_checkpoint
+from transformer_book.model import Transformer
+from transformer_book.presets import PRESETS, model_config
+from transformer_book.run import SAVE_EVERY_STEPS
+from transformer_book.runfolder import snapshot_path
+from transformer_book.training import TrainState
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+TOKENIZER = data.train_tokenizer(["ein hund läuft", "a dog runs"] * 40, vocab_size=60)
+RECORD = RunRecord(preset=dataclasses.asdict(PRESETS["smoke"]), device="cpu", amp="None",
+                   train_state=TrainState(step=10, epoch=0, batch_in_epoch=10, losses=[3.5] * 10))
+
+
+@pytest.fixture()
+def run(tmp_path):
+    """A run folder whose `last/` holds update 10 of 21 of the smoke preset's first epoch, and a best/."""
+    data.save_tokenizer(TOKENIZER, tmp_path / "tok.json")
+    torch.manual_seed(0)
+    model = Transformer(model_config(PRESETS["smoke"], TOKENIZER.get_vocab_size())).eval()
+    save_checkpoint(tmp_path / "run" / "last", model, torch.optim.Adam(model.parameters()), RECORD,
+                    tmp_path / "tok.json")
+    save_checkpoint(tmp_path / "run" / "best", model, None, RECORD, tmp_path / "tok.json")
+    shutil.copy(tmp_path / "tok.json", tmp_path / "run" / "tokenizer.json")
+    return tmp_path / "run"
+
+
+def _help(capsys, *command: str) -> str:
+    with pytest.raises(SystemExit) as exited:
+        cli.main([*command, "--help"])
+    assert exited.value.code == 0
+    return " ".join(capsys.readouterr().out.split())
+
+
+def _error(capsys, argv: list[str]) -> str:
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: "), err
+    return err
+
+
+# --help says what each command does, what it writes and where --------------------------------------------------
+
+def test_each_command_s_help_says_what_it_does_and_what_it_writes_where(capsys):
+    top = _help(capsys)
+    assert "examples: python -m transformer_book train --preset smoke" in top
+    train = _help(capsys, "train")
+    for said in ("resume the run in OUT", "OUT/tokenizer.json", "OUT/last", "OUT/best", "OUT/snapshots",
+                 f"saved every {SAVE_EVERY_STEPS} updates", "$TRANSFORMER_BOOK_DATA", "~/.cache/transformer_book",
+                 "smoke: seconds", "updates in all, those of earlier calls included"):
+        assert said in train, f"train --help does not say {said!r}"
+    assert "one translation per line on standard output" in _help(capsys, "translate")
+    assert "sacreBLEU" in _help(capsys, "evaluate") and "brevity penalty" in _help(capsys, "evaluate")
+
+
+def test_usage_names_the_command_as_it_was_started(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["/home/me/.venv/bin/transformer-book"])
+    assert _help(capsys, "train").startswith("usage: transformer-book train")
+
+
+# --checkpoint and --out slips -------------------------------------------------------------------------------------
+
+def test_a_checkpoint_that_is_a_file_names_the_folder_to_pass(run, capsys):
+    err = _error(capsys, ["translate", "--checkpoint", str(run / "best" / "checkpoint.json"), "ein hund"])
+    assert f"is a file; a checkpoint is a folder, for example {run / 'best'}\n" in err
+    err = _error(capsys, ["translate", "--checkpoint", str(run / "tokenizer.json"), "ein hund"])
+    assert f"is a file; a checkpoint is a folder, for example {run / 'best'}\n" in err
+    assert "Errno" not in err
+
+
+def test_the_run_folder_as_checkpoint_names_its_best_and_last(run, capsys):
+    err = _error(capsys, ["translate", "--checkpoint", str(run), "ein hund"])
+    assert f"{run} is a run folder; pass one of its checkpoints: {run / 'best'}" in err and str(run / "last") in err
+
+
+def test_a_snapshots_folder_without_average_says_to_add_it(run, capsys):
+    shutil.copytree(run / "best", snapshot_path(run, 10))
+    err = _error(capsys, ["evaluate", "--checkpoint", str(run / "snapshots")])
+    assert "holds snapshots (step-* folders): add --average N" in err and str(snapshot_path(run, 10)) in err
+
+
+def test_allow_fewer_without_average_is_refused(run, capsys):
+    err = _error(capsys, ["translate", "--checkpoint", str(run / "best"), "--allow-fewer", "ein hund"])
+    assert "--allow-fewer only goes with --average N" in err
+
+
+def test_an_out_that_is_a_file_is_refused(run, capsys, monkeypatch):
+    monkeypatch.setattr(cli, "train", lambda *a, **k: pytest.fail("trained into a file"))
+    err = _error(capsys, ["train", "--preset", "smoke", "--out", str(run / "tokenizer.json")])
+    assert "is a file; name a folder for the run" in err and "Errno" not in err
+
+
+def test_an_out_that_is_a_checkpoint_folder_is_refused(run, capsys, monkeypatch):
+    monkeypatch.setattr(cli, "train", lambda *a, **k: pytest.fail("trained a run inside a checkpoint"))
+    err = _error(capsys, ["train", "--preset", "smoke", "--out", str(run / "best")])
+    assert "is a checkpoint folder (it holds checkpoint.json); name a folder for the run" in err
+    assert sorted(p.name for p in (run / "best").iterdir()) == ["checkpoint.json", "model.safetensors", "tokenizer.json"]
+
+
+def test_an_out_that_cannot_be_made_names_the_folder_and_the_fix(tmp_path, capsys, monkeypatch):
+    (tmp_path / "taken").write_text("a file where the run's parent folder would go")
+    monkeypatch.setattr(cli, "train", lambda *a, **k: pytest.fail("trained into a folder it could not make"))
+    err = _error(capsys, ["train", "--preset", "smoke", "--out", str(tmp_path / "taken" / "run")])
+    assert f"cannot create {tmp_path / 'taken' / 'run'}: " in err and "choose an --out you can write to" in err
+    assert "Errno" not in err
+
+
+def test_another_preset_into_a_run_folder_names_the_run_s_preset_in_one_short_line(run, capsys, monkeypatch):
+    # The package review: --preset cpu into a smoke run listed all fifteen sizes that differ.
+    monkeypatch.setattr(cli, "train", lambda *a, **k: pytest.fail("trained another preset into the run"))
+    err = _error(capsys, ["train", "--preset", "cpu", "--out", str(run)])
+    assert err == (f"error: {run} holds a run of preset 'smoke', not 'cpu': resume it with --preset smoke, or give "
+                   f"another --out to train anew\n")
+
+
+# --max-steps counts the run's updates in all --------------------------------------------------------------------
+
+def test_max_steps_a_run_already_reached_trains_nothing(run, capsys, monkeypatch):
+    monkeypatch.setattr(cli, "train", lambda *a, **k: pytest.fail("trained past --max-steps"))
+    for max_steps in ("10", "4"):
+        assert cli.main(["train", "--preset", "smoke", "--out", str(run), "--max-steps", max_steps]) == 0
+        err = capsys.readouterr().err
+        assert f"already has 10 updates (--max-steps {max_steps} asks for no more); nothing to train" in err
+
+
+# Ctrl-C and SIGTERM -------------------------------------------------------------------------------------------------
+
+def _interrupt(*args, **kwargs):
+    raise KeyboardInterrupt
+
+
+def test_ctrl_c_before_the_first_checkpoint_says_the_run_starts_over(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(cli, "train", _interrupt)
+    assert cli.main(["train", "--preset", "smoke", "--out", str(tmp_path / "run")]) == 130
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "interrupted before the run's first checkpoint" in err
+    assert "starts the run over" in err and "resume" not in err
+
+
+def test_ctrl_c_says_which_update_the_next_run_resumes_from(run, capsys, monkeypatch):
+    monkeypatch.setattr(cli, "train", _interrupt)
+    assert cli.main(["train", "--preset", "smoke", "--out", str(run)]) == 130
+    err = capsys.readouterr().err
+    assert err == (f"interrupted: {run}/last holds update 10; run the same command again to resume from there\n")
+
+
+SIGTERM_PROBE = """
+import os, signal, sys, time
+from transformer_book import cli
+
+def killed(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGTERM)  # what `kill PID` or a batch scheduler sends
+    time.sleep(30)  # the handler raises before this ends
+    print("SIGTERM did not stop the command", file=sys.stderr)
+
+before = signal.getsignal(signal.SIGTERM)
+cli.train = killed
+status = cli.main(["train", "--preset", "smoke", "--out", sys.argv[1]])
+assert signal.getsignal(signal.SIGTERM) == before, "main left its SIGTERM handler in place"
+sys.exit(status)
+"""
+
+
+def test_sigterm_stops_train_as_ctrl_c_does_and_the_handler_is_put_back(run):
+    # In a child process: without the fix, SIGTERM would end the test session itself.
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "src")}
+    result = subprocess.run([sys.executable, "-c", SIGTERM_PROBE, str(run)], capture_output=True, text=True,
+                            env=env, timeout=120)
+    assert result.returncode == 128 + signal.SIGTERM, result.stderr
+    assert result.stderr == (f"stopped by SIGTERM: {run}/last holds update 10; run the same command again to "
+                             f"resume from there\n")
