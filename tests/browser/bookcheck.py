@@ -53,6 +53,9 @@ RAW_TEX = [
                 r"theta|sigma|epsilon|partial|begin|end|log|exp|tanh|softmax)\b"), "a TeX command"),
     (re.compile(r"(?<![\w$])\$[^\s$][^$\n]{0,120}?[\\^_{}][^$\n]{0,120}?\$(?![\w$])"), "$...$"),
 ]
+# A Markdown table that was not parsed (a cell's text/markdown output is CommonMark unless the cell asks for GFM):
+# its separator row stays as text, with `---` turned into a dash by the smart quotes.
+RAW_TABLE = re.compile(r"\|\s*(?::?-{3,}:?|:?[\u2013\u2014]:?)\s*\|")
 SNIPPET_CHARS = 40
 # axe-core findings that fail a page (its impacts are minor, moderate, serious and critical).
 AXE_FAILING_IMPACTS = ("serious", "critical")
@@ -258,6 +261,17 @@ _COLLECT_JS = r"""
 }
 """
 
+# Opens every folded solution and hidden cell, as a reader who taps them does.
+_OPEN_FOLDED_JS = """
+() => {
+  for (const box of document.querySelectorAll('article details')) box.open = true;
+  for (const box of document.querySelectorAll('article .admonition.toggle.toggle-hidden')) {
+    const button = box.querySelector('button.toggle-button');
+    if (button) button.click();
+  }
+}
+"""
+
 # Runs at phone width: what sticks out of the screen or is cut off by a box that does not scroll.
 _PHONE_JS = r"""
 () => {
@@ -444,6 +458,10 @@ class BookChecker:
         try:
             tab.goto(self.url_of(page), wait_until="load")
             tab.evaluate(_WAIT_MATHJAX_JS)
+            if self.screenshots is not None:
+                self._screenshot(tab, page, "phone")
+            # What the folded solutions and cells hold must fit a phone too, once a reader opens them.
+            tab.evaluate(_OPEN_FOLDED_JS)
             phone = tab.evaluate(_PHONE_JS)
             checks += 4
             if phone["overflow"] > 1:
@@ -460,8 +478,6 @@ class BookChecker:
                     problems.append(f"at phone width a table scrolls sideways and hides its last columns: narrow it or "
                                     f"put it in a {{container}} cards-on-phone (CONTRIBUTING.md, 'Tables on a "
                                     f"phone'): the table starting {head!r}")
-            if self.screenshots is not None:
-                self._screenshot(tab, page, "phone")
         except PlaywrightError as err:
             problems.append(f"browser error at phone width: {err}")
         finally:
@@ -504,6 +520,9 @@ class BookChecker:
             for match in list(pattern.finditer(text))[:3]:
                 lo, hi = max(0, match.start() - SNIPPET_CHARS), match.end() + SNIPPET_CHARS
                 problems.append(f"raw TeX ({name}) in the visible text: ...{text[lo:hi]}...")
+        for match in list(RAW_TABLE.finditer(text))[:1]:
+            lo, hi = max(0, match.start() - SNIPPET_CHARS), match.end() + SNIPPET_CHARS
+            problems.append(f"a Markdown table shown as text, not as a table: ...{text[lo:hi]}...")
 
     def _judge_images(self, data: dict, problems: list[str]) -> None:
         for img in data["images"]:
