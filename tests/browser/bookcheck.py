@@ -195,6 +195,11 @@ _COLLECT_JS = r"""
                             .map(el => el.textContent.trim().slice(0, 60));
   const mathErrors = Array.from(document.querySelectorAll('mjx-merror, [data-mjx-error]'))
                           .map(el => (el.getAttribute('data-mjx-error') || el.textContent).slice(0, 80));
+  // A backslash drawn inside \\text{...}: MathJax does not read macros in text mode, so \\_ shows as written.
+  const mathItems = (window.MathJax && MathJax.startup && MathJax.startup.document)
+    ? Array.from(MathJax.startup.document.math) : [];
+  const textMacros = mathItems.filter(item => item.typesetRoot && item.typesetRoot.querySelector('mjx-mtext mjx-c.mjx-c5C'))
+                              .map(item => item.math.trim().slice(0, 60));
   const clone = document.body.cloneNode(true);
   clone.querySelectorAll('pre, code, script, style, textarea, mjx-container, .highlight, .MathJax_Preview')
        .forEach(el => el.remove());
@@ -254,7 +259,7 @@ _COLLECT_JS = r"""
     const source = cell.querySelector('.cell_input pre');
     return {ok, where: source ? source.textContent.trim().split('\n')[0].slice(0, 60) : el.tagName};
   });
-  return {unrendered, mathErrors, mathCount: mathEls.length, text, images, links, launch, repoButtons,
+  return {unrendered, mathErrors, textMacros, mathCount: mathEls.length, text, images, links, launch, repoButtons,
           codeBlocks, copyButtons, widgets, directives, nbvalMarkers, glueImports, codeBoxes, wideOutputs, hasMathJax: !!(window.MathJax && window.MathJax.startup),
           title: document.title, h1: document.querySelectorAll('article h1').length,
           overflow: document.documentElement.scrollWidth - window.innerWidth};
@@ -515,6 +520,9 @@ class BookChecker:
             problems.append(f"math not rendered by MathJax: {tex!r}")
         for err in data["mathErrors"]:
             problems.append(f"MathJax error: {err!r}")
+        for tex in data["textMacros"]:
+            problems.append(f"a backslash shown as text in math (\\text{{}} reads no macros; write \\mathrm{{a\\_b}} "
+                            f"instead of \\text{{a\\_b}}): {tex!r}")
         text = data["text"]
         for pattern, name in RAW_TEX:
             for match in list(pattern.finditer(text))[:3]:
