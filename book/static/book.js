@@ -65,6 +65,10 @@ document.addEventListener("DOMContentLoaded", () => {
     for (const row of table.querySelectorAll("tbody tr")) {
       row.querySelectorAll("td").forEach((cell, column) => {
         if (heads[column]) cell.dataset.label = heads[column];
+        // A card headed by a bare number (chapter 8's beam width K) says which number it is: "K = 4".
+        if (column === 0 && heads[0] && /^[-+]?[\d.,]+%?$/.test(cell.textContent.trim())) {
+          cell.classList.add("card-number-head");
+        }
       });
     }
   }
