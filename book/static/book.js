@@ -54,13 +54,21 @@ window.addEventListener("load", () => {
 });
 
 // A table in a `cards-on-phone` container is shown as one card per row on a phone (book.css): each cell gets its
-// column's head as a label, which the stylesheet writes before the cell's text.
+// column's head as a label, which the stylesheet writes before the cell's text. A code cell whose output is such a
+// table carries the cell tag `cards-on-phone` (myst-nb writes it as the class `tag_cards-on-phone`).
 document.addEventListener("DOMContentLoaded", () => {
+  for (const cell of document.querySelectorAll(".tag_cards-on-phone")) {
+    cell.classList.add("cards-on-phone");
+  }
   for (const table of document.querySelectorAll(".cards-on-phone table")) {
     const heads = Array.from(table.querySelectorAll("thead th"), (th) => th.textContent.trim());
     for (const row of table.querySelectorAll("tbody tr")) {
       row.querySelectorAll("td").forEach((cell, column) => {
         if (heads[column]) cell.dataset.label = heads[column];
+        // A card headed by a bare number (chapter 8's beam width K) says which number it is: "K = 4".
+        if (column === 0 && heads[0] && /^[-+]?[\d.,]+%?$/.test(cell.textContent.trim())) {
+          cell.classList.add("card-number-head");
+        }
       });
     }
   }

@@ -53,6 +53,9 @@ RAW_TEX = [
                 r"theta|sigma|epsilon|partial|begin|end|log|exp|tanh|softmax)\b"), "a TeX command"),
     (re.compile(r"(?<![\w$])\$[^\s$][^$\n]{0,120}?[\\^_{}][^$\n]{0,120}?\$(?![\w$])"), "$...$"),
 ]
+# A Markdown table that was not parsed (a cell's text/markdown output is CommonMark unless the cell asks for GFM):
+# its separator row stays as text, with `---` turned into a dash by the smart quotes.
+RAW_TABLE = re.compile(r"\|\s*(?::?-{3,}:?|:?[\u2013\u2014]:?)\s*\|")
 SNIPPET_CHARS = 40
 # axe-core findings that fail a page (its impacts are minor, moderate, serious and critical).
 AXE_FAILING_IMPACTS = ("serious", "critical")
@@ -192,6 +195,11 @@ _COLLECT_JS = r"""
                             .map(el => el.textContent.trim().slice(0, 60));
   const mathErrors = Array.from(document.querySelectorAll('mjx-merror, [data-mjx-error]'))
                           .map(el => (el.getAttribute('data-mjx-error') || el.textContent).slice(0, 80));
+  // A backslash drawn inside \\text{...}: MathJax does not read macros in text mode, so \\_ shows as written.
+  const mathItems = (window.MathJax && MathJax.startup && MathJax.startup.document)
+    ? Array.from(MathJax.startup.document.math) : [];
+  const textMacros = mathItems.filter(item => item.typesetRoot && item.typesetRoot.querySelector('mjx-mtext mjx-c.mjx-c5C'))
+                              .map(item => item.math.trim().slice(0, 60));
   const clone = document.body.cloneNode(true);
   clone.querySelectorAll('pre, code, script, style, textarea, mjx-container, .highlight, .MathJax_Preview')
        .forEach(el => el.remove());
@@ -251,10 +259,21 @@ _COLLECT_JS = r"""
     const source = cell.querySelector('.cell_input pre');
     return {ok, where: source ? source.textContent.trim().split('\n')[0].slice(0, 60) : el.tagName};
   });
-  return {unrendered, mathErrors, mathCount: mathEls.length, text, images, links, launch, repoButtons,
+  return {unrendered, mathErrors, textMacros, mathCount: mathEls.length, text, images, links, launch, repoButtons,
           codeBlocks, copyButtons, widgets, directives, nbvalMarkers, glueImports, codeBoxes, wideOutputs, hasMathJax: !!(window.MathJax && window.MathJax.startup),
           title: document.title, h1: document.querySelectorAll('article h1').length,
           overflow: document.documentElement.scrollWidth - window.innerWidth};
+}
+"""
+
+# Opens every folded solution and hidden cell, as a reader who taps them does.
+_OPEN_FOLDED_JS = """
+() => {
+  for (const box of document.querySelectorAll('article details')) box.open = true;
+  for (const box of document.querySelectorAll('article .admonition.toggle.toggle-hidden')) {
+    const button = box.querySelector('button.toggle-button');
+    if (button) button.click();
+  }
 }
 """
 
@@ -444,6 +463,10 @@ class BookChecker:
         try:
             tab.goto(self.url_of(page), wait_until="load")
             tab.evaluate(_WAIT_MATHJAX_JS)
+            if self.screenshots is not None:
+                self._screenshot(tab, page, "phone")
+            # What the folded solutions and cells hold must fit a phone too, once a reader opens them.
+            tab.evaluate(_OPEN_FOLDED_JS)
             phone = tab.evaluate(_PHONE_JS)
             checks += 4
             if phone["overflow"] > 1:
@@ -460,8 +483,6 @@ class BookChecker:
                     problems.append(f"at phone width a table scrolls sideways and hides its last columns: narrow it or "
                                     f"put it in a {{container}} cards-on-phone (CONTRIBUTING.md, 'Tables on a "
                                     f"phone'): the table starting {head!r}")
-            if self.screenshots is not None:
-                self._screenshot(tab, page, "phone")
         except PlaywrightError as err:
             problems.append(f"browser error at phone width: {err}")
         finally:
@@ -499,11 +520,17 @@ class BookChecker:
             problems.append(f"math not rendered by MathJax: {tex!r}")
         for err in data["mathErrors"]:
             problems.append(f"MathJax error: {err!r}")
+        for tex in data["textMacros"]:
+            problems.append(f"a backslash shown as text in math (\\text{{}} reads no macros; write \\mathrm{{a\\_b}} "
+                            f"instead of \\text{{a\\_b}}): {tex!r}")
         text = data["text"]
         for pattern, name in RAW_TEX:
             for match in list(pattern.finditer(text))[:3]:
                 lo, hi = max(0, match.start() - SNIPPET_CHARS), match.end() + SNIPPET_CHARS
                 problems.append(f"raw TeX ({name}) in the visible text: ...{text[lo:hi]}...")
+        for match in list(RAW_TABLE.finditer(text))[:1]:
+            lo, hi = max(0, match.start() - SNIPPET_CHARS), match.end() + SNIPPET_CHARS
+            problems.append(f"a Markdown table shown as text, not as a table: ...{text[lo:hi]}...")
 
     def _judge_images(self, data: dict, problems: list[str]) -> None:
         for img in data["images"]:

@@ -1,10 +1,10 @@
 """The browser checks catch what they claim to catch: small fixture pages, each with one known fault.
 
 A clean page must pass, and each broken page must fail with a message naming the page and the fault:
-broken math delimiters, a wrong image path, dead internal links, a wrong Colab path, a widget with no
-static figure, a solution that is not folded, a request that needs the network, build tooling in a cell's code,
-a code box narrower than the code's line length, an equation or figure cut off at phone width, and what
-axe-core finds serious or critical for accessibility.
+broken math delimiters, a macro inside math's text, a Markdown table left as text, a wrong image path, dead
+internal links, a wrong Colab path, a widget with no static figure, a solution that is not folded, a request that
+needs the network, build tooling in a cell's code, a code box narrower than the code's line length, an equation or
+figure cut off at phone width, and what axe-core finds serious or critical for accessibility.
 """
 
 from __future__ import annotations
@@ -85,6 +85,10 @@ step  loss  accuracy  tokens/s  seconds  learning rate  gradient norm  skipped  
     "other.html": '<section id="sec"><h2>Section</h2><p>Text.</p></section>',
     # A display equation whose closing $$ was lost: MyST leaves the TeX as text.
     "broken_math.html": r"<p>$$ \frac{QK^\top}{\sqrt{d_k}}</p><p>More text.</p>",
+    # A cell's Markdown table rendered as CommonMark, which has no tables: a paragraph of pipes.
+    "raw_table.html": "<p>| check | compares with |\n| \u2014 | \u2014 |\n| <code>check_attention</code> | chapter 2 |</p>",
+    # An underscore escaped inside \text{}: MathJax shows the backslash.
+    "text_macro.html": r'<p>The rate peaks at <span class="math notranslate nohighlight">\(\text{warmup\_steps}\)</span>.</p>',
     "bad_image.html": '<img src="_images/missing.png" alt="a figure whose path is wrong">',
     "dead_link.html": '<p><a href="nowhere.html">gone</a> and <a href="other.html#no-such-anchor">no anchor</a></p>',
     "wrong_colab.html": "LAUNCH(02_attention.ipynb)",
@@ -158,6 +162,15 @@ def test_accessibility_violations_are_caught(reports):
 
 def test_broken_math_delimiters_are_caught(reports):
     _assert_caught(reports["broken_math.html"], "broken_math.html: raw TeX ($$) in the visible text")
+
+
+def test_markdown_table_left_as_text_is_caught(reports):
+    _assert_caught(reports["raw_table.html"], "raw_table.html: a Markdown table shown as text, not as a table")
+
+
+def test_macro_inside_text_in_math_is_caught(reports):
+    _assert_caught(reports["text_macro.html"], "text_macro.html: a backslash shown as text in math",
+                   r"'\\text{warmup\\_steps}'")
 
 
 def test_wrong_image_path_is_caught(reports):
