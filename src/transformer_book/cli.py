@@ -157,7 +157,8 @@ class _Terminated(KeyboardInterrupt):
 
 @contextmanager
 def _sigterm_as_interrupt():
-    """Within: SIGTERM raises _Terminated, so that the run folder's lock is let go and main says where it stands."""
+    """Within: SIGTERM raises _Terminated, so that the run folder's lock is let go and main says where it stands.
+    While train's StopRequest holds SIGTERM, it stops at the end of an update, saves, then hands the signal here."""
     def terminate(signum: int, frame: object) -> None:
         raise _Terminated
 
@@ -184,12 +185,12 @@ def _interrupted(args: argparse.Namespace, stop: KeyboardInterrupt) -> str:
 
 
 _DESCRIPTIONS = {
-    "train": "Train a translation model on Multi30k, or resume the run in OUT: after an interruption, the same "
-    "command goes on from OUT/last. It writes OUT/tokenizer.json; OUT/last (the weights and Adam's state, for "
-    f"resuming; saved every {SAVE_EVERY_STEPS} updates and at the end); OUT/best (the weights with the best "
-    "validation BLEU: all that translate and evaluate need); OUT/snapshots (the last epochs' weights, for "
-    "--average). Multi30k is read from the folder $TRANSFORMER_BOOK_DATA names, else downloaded once into "
-    "~/.cache/transformer_book.",
+    "train": "Train a translation model on Multi30k, or resume the run in OUT: Ctrl-C (or SIGTERM) stops it at the "
+    "end of an update, saved (a second Ctrl-C stops at once); the same command goes on from OUT/last. It writes "
+    f"OUT/tokenizer.json; OUT/last (the weights and Adam's state, for resuming; saved every {SAVE_EVERY_STEPS} "
+    "updates, on Ctrl-C and at the end); OUT/best (the weights with the best validation BLEU: all that translate "
+    "and evaluate need); OUT/snapshots (the last epochs' weights, for --average). Multi30k is read from the folder "
+    "$TRANSFORMER_BOOK_DATA names, else downloaded once into ~/.cache/transformer_book.",
     "translate": "Translate sentences with a trained model: the arguments, else the lines of standard input. It "
     "prints one translation per line on standard output, in the order of the sentences.",
     "evaluate": "Translate a Multi30k split with a trained model and score it against the split's references with "
@@ -262,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
 
     An expected error (bad input, a missing or damaged file) prints `error: ...` and exits with status 2;
     `--debug` shows the traceback instead. Ctrl-C (or SIGTERM) prints one line, saying for train what the next
-    run starts from, and exits with status 130 (143).
+    run starts from (train first ends its update and saves it), and exits with status 130 (143).
     """
     args = _parser().parse_args(argv)
     try:

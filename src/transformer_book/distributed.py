@@ -127,10 +127,13 @@ class Processes:
         ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
         return ddp, ShardedLoss(loss_fn, PAD_ID)
 
-    def agree(self, loss: float, tokens: int, stop: bool, device: torch.device) -> tuple[float, int, bool]:
-        """The whole batch's mean loss and target tokens, and one decision to stop, the same in every process."""
+    def agree(self, loss: float, tokens: int, stops: tuple[bool, ...],
+              device: torch.device) -> tuple[float, int, tuple[bool, ...]]:
+        """The whole batch's mean loss and target tokens, and each reason to stop (the time limit, a Ctrl-C),
+        the same in every process: true in all if true in one."""
         if not self.distributed:
-            return loss, tokens, stop
-        summed = torch.tensor([loss, tokens, stop], dtype=torch.float64, device=device)
+            return loss, tokens, stops
+        summed = torch.tensor([loss, tokens, *stops], dtype=torch.float64, device=device)
         dist.all_reduce(summed)
-        return summed[0].item() / self.world_size, int(summed[1].item()), summed[2].item() > 0
+        total = summed.tolist()  # one transfer from the GPU
+        return total[0] / self.world_size, int(total[1]), tuple(count > 0 for count in total[2:])

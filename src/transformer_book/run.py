@@ -8,7 +8,7 @@ __all__ = ['SAVE_EVERY_STEPS', 'train', 'train_epochs', 'RunData', 'prepare_data
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from pathlib import Path
 
@@ -26,6 +26,7 @@ from .masking import Batch
 from .model import Transformer
 from .presets import AMP_CHOICES, Preset, choose_preset, in_direction, model_config, pick_amp_dtype
 from .presets import pick_device, preset_differences
+from .stopping import INTERRUPTED, StopRequest
 from .tokens import PAD_ID
 from .training import LabelSmoothingLoss, TrainState, WarmupSchedule, autocast, fit
 from .training import make_optimizer, set_seed
@@ -48,14 +49,16 @@ def train(
     log (print, say) receives a line per epoch and one when a run resumes. amp replaces the preset's arithmetic
     ("off": float32). copy_to (a folder on Google Drive, say) receives copies of the checkpoints, and a run whose
     folder `out` is empty starts from them. Started by torchrun in several processes, each trains on its share of
-    every batch, and process 0 alone evaluates, saves and logs.
+    every batch, and process 0 alone evaluates, saves and logs. Ctrl-C (or SIGTERM) stops it at the end of the
+    update in progress; it saves that update, then raises KeyboardInterrupt (chapter 10a).
     """
     if max_steps is not None:
         check_int("max_steps", max_steps)
     processes = Processes.current()  # this process alone, or one of torchrun's
-    log = log if log is not None and processes.is_main else _quiet
+    log = log if log is not None and processes.is_main else lambda line: None  # process 0 alone logs
     device = torch.device(device) if device is not None else pick_device()
-    preset = _the_preset(preset, device, amp)
+    preset = preset if isinstance(preset, Preset) else choose_preset(preset, device, amp)
+    preset = preset if amp is None else replace(preset, amp=check_choice("amp", amp, AMP_CHOICES))
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     with runfolder.hold_run_folder(out) if processes.is_main else nullcontext():
@@ -65,8 +68,11 @@ def train(
         set_seed(preset.seed)
         corpus = prepare_data(preset, out, processes, root)
         run = build_or_resume(preset, out, device, processes, corpus, copier, log)
-        train_epochs(run, max_steps, progress)
+        with run.stop:  # the first Ctrl-C or SIGTERM asks to stop at the end of the update in progress
+            train_epochs(run, max_steps, progress)
         finish(run)
+    if run.stop.requested or run.record.stopped == INTERRUPTED:
+        run.stop.interrupt()  # `last/` holds the update the request stopped at: now the interruption
     return run.record
 
 
@@ -127,6 +133,7 @@ class Run:
     tokens_counted: int = 0  # target tokens already in the record
     saved_step: int = 0  # the step `last/` holds
     save_seconds: float = 0.0  # time spent writing checkpoints, this run and the sessions before it
+    stop: StopRequest = field(default_factory=StopRequest)  # Ctrl-C or SIGTERM asked to stop (chapter 10a)
 
     def batches(self, epoch: int) -> list[Batch]:
         """This process's batches of `epoch`: chapter 9's, the same again for the same seed and epoch."""
@@ -203,37 +210,29 @@ def save(run: Run, name: str, copy_now: bool = False) -> None:
     run.copier.copy(now=copy_now)  # seldom: on Google Drive every replaced copy goes to the trash
     run.save_seconds += time.perf_counter() - start
 
-
-def _the_preset(preset: Preset | str | None, device: torch.device, amp: str | None) -> Preset:
-    """The preset given, or the one named (choose_preset); `amp`, when given, replaces its arithmetic."""
-    if not isinstance(preset, Preset):
-        return choose_preset(preset, device, amp)
-    return preset if amp is None else replace(preset, amp=check_choice("amp", amp, AMP_CHOICES))
-
-
-def _quiet(line: str) -> None:
-    """The log of a process other than 0, and of a run asked for none."""
-
 # %% ../../chapters/10_training_on_gpu.ipynb #4810c20d
 SAVE_EVERY_STEPS = 200  # `last/` is saved every this many updates and at the end: a crash costs at most these
 
 
 def after_step(run: Run, max_steps: int | None, state: TrainState) -> bool:
-    """After each update: the whole batch's loss in the record, `last` now and then; True to stop."""
+    """After each update: the whole batch's loss in the record, `last` now and then; True to stop (at the time
+    limit, at max_steps, or when Ctrl-C or SIGTERM asked: each saves `last` first)."""
     preset = run.preset
     over_time = preset.time_limit_minutes is not None and state.train_seconds > 60 * preset.time_limit_minutes
-    loss, tokens, over_time = run.processes.agree(
-        state.losses[-1], state.tokens_seen - run.tokens_counted, over_time, run.device
-    )  # in several processes: the whole batch's numbers, and one decision to stop for all
+    loss, tokens, (over_time, asked) = run.processes.agree(
+        state.losses[-1], state.tokens_seen - run.tokens_counted, (over_time, run.stop.requested), run.device
+    )  # in several processes: the whole batch's numbers, and each reason to stop for all if for one
     state.losses[-1], state.tokens_seen = loss, run.tokens_counted + tokens
     run.tokens_counted = state.tokens_seen
-    if over_time or (max_steps is not None and state.step >= max_steps):
-        run.record.stopped = "time limit" if over_time else f"max_steps={max_steps}"
+    if over_time or asked or (max_steps is not None and state.step >= max_steps):
+        run.record.stopped = "time limit" if over_time else INTERRUPTED if asked else f"max_steps={max_steps}"
         if over_time:
             run.log(f"stopped by the safety limit of {preset.time_limit_minutes:g} minutes of training at update "
                     f"{state.step}, in epoch {state.epoch + 1} of {preset.epochs}: at "
                     f"{state.tokens_seen / state.train_seconds:,.0f} target tokens a second this machine is too "
                     f"slow for the whole budget, so the model is less trained and its BLEU lower than the book's")
+        elif asked:
+            run.log(f"stopping at the end of update {state.step}, as asked: saving it (a second Ctrl-C stops now)")
         save(run, "last", copy_now=True)
         return True
     if state.step - run.saved_step >= SAVE_EVERY_STEPS:
@@ -244,7 +243,7 @@ def after_step(run: Run, max_steps: int | None, state: TrainState) -> bool:
 def evaluate_and_save(run: Run, state: TrainState) -> None:
     """After each epoch, in process 0: score it; keep its weights if they will be averaged; `best` if it is best.
 
-    `last/` is not saved here but every SAVE_EVERY_STEPS updates (after_step) and at the end (finish): a crash
+    `last/` is not saved here but every SAVE_EVERY_STEPS updates and on Ctrl-C (after_step) and at the end: a crash
     costs at most that many updates however long an epoch is, and short epochs add no save of `last/` each.
     Whatever `last/` records is already on disk: snapshots and `best/` are written when their epoch ends.
     """

@@ -1,0 +1,196 @@
+"""Ctrl-C and SIGTERM while `train` runs (chapter 10a's StopRequest): the run stops at the end of the update in
+progress, saves it in `last/`, then interrupts, and the same command resumes from it exactly; a second signal
+interrupts at once; the handlers there were are put back, in a notebook as on the command line; in two processes,
+one process's Ctrl-C stops both at the same update."""
+
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import needs_data
+
+import transformer_book.run
+from transformer_book.presets import PRESETS
+from transformer_book.run import train
+from transformer_book.stopping import INTERRUPTED, StopRequest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+CPU = torch.device("cpu")
+TINY = dataclasses.replace(PRESETS["smoke"], train_subset=160, epochs=1, val_bleu_sentences=8, max_tokens=400)
+STEPS = "8"  # the command's --max-steps: the signal comes before, and no epoch ends (the smoke preset's has 21)
+
+# The command line, signalled by the OS while update `at` ends (what Ctrl-C or `kill PID` does at a random
+# moment, here at a known one); `times` signals in a row.
+PROBE = """
+import os, signal, sys
+import transformer_book.run
+from transformer_book import cli
+
+out, signum, at, times = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+after_step = transformer_book.run.after_step
+
+def signalled(run, max_steps, state):
+    if state.step == at:
+        for _ in range(times):
+            os.kill(os.getpid(), signum)
+    return after_step(run, max_steps, state)
+
+if at:
+    transformer_book.run.after_step = signalled
+sys.exit(cli.main(["train", "--preset", "smoke", "--out", out, "--max-steps", sys.argv[5]]))
+"""
+
+
+def command(out: Path, signum: int = 0, at: int = 0, times: int = 1) -> subprocess.CompletedProcess:
+    """`python -m transformer_book train --preset smoke --out OUT --max-steps 8`, signalled at update `at`."""
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "src"), "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-c", PROBE, str(out), str(signum), str(at), str(times), STEPS],
+                          capture_output=True, text=True, env=env, timeout=300)
+
+
+def saved_state(out: Path) -> dict:
+    record = json.loads((out / "last" / "checkpoint.json").read_text(encoding="utf-8"))
+    return {**record["train_state"], "stopped": record["stopped"]}
+
+
+@pytest.fixture(scope="module")
+def never_stopped(tmp_path_factory) -> dict:
+    out = tmp_path_factory.mktemp("whole") / "run"
+    result = command(out)
+    assert result.returncode == 0, result.stderr
+    return saved_state(out)
+
+
+@needs_data
+@pytest.mark.parametrize("signum, what", [(signal.SIGINT, "interrupted"), (signal.SIGTERM, "stopped by SIGTERM")])
+def test_a_signal_stops_at_the_end_of_the_update_saves_it_and_the_same_command_resumes_exactly(
+        tmp_path, never_stopped, signum, what):
+    out = tmp_path / "run"
+    stopped = command(out, signum, at=5)
+    assert stopped.returncode == 128 + signum, stopped.stderr
+    assert stopped.stderr.splitlines()[-1] == (f"{what}: {out}/last holds update 5; run the same command again to "
+                                               f"resume from there")
+    assert stopped.stdout.count("stopping at the end of update 5") == 1
+    state = saved_state(out)
+    assert state["step"] == 5 and state["stopped"] == INTERRUPTED
+    resumed = command(out)
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"resuming {out} at step 5" in resumed.stdout
+    state = saved_state(out)
+    assert state["step"] == never_stopped["step"] == int(STEPS)
+    assert state["losses"] == never_stopped["losses"]  # exactly: the updates after 5 are those of a run never stopped
+
+
+@needs_data
+def test_a_second_ctrl_c_interrupts_at_once(tmp_path):
+    out = tmp_path / "run"
+    result = command(out, signal.SIGINT, at=5, times=2)
+    assert result.returncode == 128 + signal.SIGINT, result.stderr
+    assert "interrupted before the run's first checkpoint" in result.stderr.splitlines()[-1]
+    assert not (out / "last").exists()  # the update in progress was not finished, and nothing was saved
+
+
+def test_the_first_signal_is_noted_the_second_raises_and_the_handlers_are_put_back():
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    with StopRequest() as request:
+        assert not request.requested
+        signal.raise_signal(signal.SIGINT)
+        assert request.requested and request.signum == signal.SIGINT
+        with pytest.raises(KeyboardInterrupt):
+            signal.raise_signal(signal.SIGINT)
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+    with StopRequest() as request:
+        signal.raise_signal(signal.SIGTERM)  # noted: a second one would end this process, as SIGTERM does
+        assert request.signum == signal.SIGTERM
+    assert signal.getsignal(signal.SIGTERM) == before[1]
+
+
+def test_interrupt_hands_the_signal_on_and_a_process_not_signalled_raises_keyboard_interrupt():
+    with StopRequest() as request:
+        signal.raise_signal(signal.SIGINT)
+    with pytest.raises(KeyboardInterrupt):
+        request.interrupt()  # Python's own SIGINT handler raises it
+    with pytest.raises(KeyboardInterrupt):
+        StopRequest().interrupt()
+
+
+def test_an_ignored_signal_and_another_thread_are_left_alone():
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with StopRequest():
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    seen = []
+    thread = threading.Thread(target=lambda: seen.append(StopRequest().__enter__()._previous))
+    thread.start()
+    thread.join()
+    assert seen == [{}]
+
+
+@needs_data
+def test_train_puts_the_handlers_back_when_it_returns_and_when_it_raises(tmp_path, monkeypatch):
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    train(TINY, tmp_path / "done", device=CPU, progress=False, max_steps=2)
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+    during = []
+
+    def failing_fit(*args, **kwargs):
+        during.append(signal.getsignal(signal.SIGINT))
+        raise RuntimeError("a bug in the loop")
+
+    monkeypatch.setattr(transformer_book.run, "fit", failing_fit)
+    with pytest.raises(RuntimeError, match="a bug in the loop"):
+        train(TINY, tmp_path / "failed", device=CPU, progress=False, max_steps=2)
+    assert during and during[0] != before[0]  # while training, the request held Ctrl-C
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+
+
+# Two processes (gloo): process 1 alone is sent Ctrl-C at update 2; both stop there, and `last/` holds it.
+WORKER = """
+import dataclasses, json, os, signal, sys
+import torch.distributed as dist
+import transformer_book.run
+from transformer_book.distributed import start_distributed
+from transformer_book.presets import PRESETS
+
+preset = dataclasses.replace(PRESETS["smoke"], train_subset=160, max_tokens=400, epochs=1, amp="off")
+device = start_distributed()
+after_step = transformer_book.run.after_step
+
+def signalled(run, max_steps, state):
+    if state.step == 2 and dist.get_rank() == 1:
+        os.kill(os.getpid(), signal.SIGINT)
+    return after_step(run, max_steps, state)
+
+transformer_book.run.after_step = signalled
+try:
+    transformer_book.run.train(preset, sys.argv[1], device=device, max_steps=6, progress=False)
+    stopped = None
+except KeyboardInterrupt:
+    stopped = "interrupted"
+finally:
+    dist.destroy_process_group()
+json.dump({"stopped": stopped}, open(f"{sys.argv[1]}-{os.environ['RANK']}.json", "w"))
+"""
+
+
+@needs_data
+def test_one_process_s_ctrl_c_stops_both_at_the_same_update(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "src"), "OMP_NUM_THREADS": "1"}
+    (tmp_path / "worker.py").write_text(WORKER, encoding="utf-8")
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "worker.py",
+               str(tmp_path / "run")]
+    result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert result.returncode == 0, f"{result.stdout}\n{result.stderr}"
+    for rank in (0, 1):
+        assert json.loads((tmp_path / f"run-{rank}.json").read_text()) == {"stopped": "interrupted"}
+    state = saved_state(tmp_path / "run")
+    assert state["step"] == 2 and state["stopped"] == INTERRUPTED
