@@ -1,5 +1,6 @@
 """Tests of chapter 11's modules: lm (the GPT/BERT stack), layers, optim, generation and bert."""
 
+import dataclasses
 import math
 
 import pytest
@@ -438,3 +439,13 @@ def test_a_stack_of_the_wrong_config_is_a_type_error_naming_it():
     # The package review: TransformerStack({}) failed with "'dict' object has no attribute 'positions'".
     with pytest.raises(TypeError, match=r"config must be a StackConfig, .*; got dict"):
         TransformerStack({"vocab_size": 10})
+
+
+def test_a_config_of_a_notebook_s_own_copy_of_stackconfig_is_accepted():
+    # Chapter 11's notebook defines StackConfig again and builds stacks of both copies: a class check broke it.
+    copy = dataclasses.make_dataclass(
+        "StackConfig", [(f.name, f.type, dataclasses.field(default=f.default)) for f in dataclasses.fields(StackConfig)]
+    )
+    torch.manual_seed(0)
+    stack = TransformerStack(copy(vocab_size=10, d_model=16, num_heads=2, num_layers=1, d_ff=32))
+    assert stack(torch.randint(0, 10, (1, 4))).shape == (1, 4, 10)

@@ -1,5 +1,6 @@
 """Tests of transformer_book.model (chapter 6): equivalence with PyTorch, properties, bad inputs."""
 
+import dataclasses
 import math
 import warnings
 
@@ -485,3 +486,24 @@ def test_a_model_or_copy_of_the_wrong_object_is_a_type_error_naming_the_argument
         Transformer({"src_vocab_size": 40, "tgt_vocab_size": 40})
     with pytest.raises(TypeError, match=r"model must be this book's Transformer \(chapter 6\); got Linear"):
         to_torch_transformer(nn.Linear(2, 2))
+
+
+def _copy_of_class(cls: type) -> type:
+    """A second class with the same fields and defaults, as a notebook makes when it defines (or re-runs) the class."""
+    return dataclasses.make_dataclass(
+        cls.__name__, [(f.name, f.type, dataclasses.field(default=f.default)) for f in dataclasses.fields(cls)]
+    )
+
+
+def test_a_config_of_a_notebook_s_own_copy_of_the_class_is_accepted():
+    # Chapter 6's notebook defines TransformerConfig again; a class check refused its configs ("got
+    # TransformerConfig") and broke the chapter's cells that mix its classes with the package's.
+    sizes = {"src_vocab_size": 40, "tgt_vocab_size": 40, "d_model": 32, "num_heads": 4, "num_encoder_layers": 1,
+             "num_decoder_layers": 1, "d_ff": 64, "dropout": 0.0}
+    torch.manual_seed(0)
+    model = Transformer(TransformerConfig(**sizes)).eval()
+    torch.manual_seed(0)
+    copy = Transformer(_copy_of_class(TransformerConfig)(**sizes)).eval()
+    src, tgt = torch.randint(4, 40, (2, 5)), torch.randint(4, 40, (2, 4))
+    assert_close(copy(src, tgt), model(src, tgt))
+    assert isinstance(to_torch_transformer(copy), nn.Transformer)

@@ -34,7 +34,8 @@ def to_torch_transformer(model: Transformer) -> nn.Transformer:
     encoder and decoder LayerNorms are replaced by nn.Identity: the paper's post-norm stacks have none.
     The copy comes back in model's mode (training or eval), so that its dropout is on exactly when model's is.
     """
-    if not isinstance(model, Transformer):
+    # The model by what it has, not its class: a chapter's notebook defines its own copy of the class.
+    if not (isinstance(model, nn.Module) and hasattr(model, "config") and hasattr(model, "encoder")):
         raise TypeError(f"model must be this book's Transformer (chapter 6); got {type(model).__name__}")
     c = model.config
     weight = model.src_embed.weight

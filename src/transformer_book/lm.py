@@ -10,7 +10,7 @@ __all__ = ['IGNORE_INDEX', 'NORMS', 'FEED_FORWARDS', 'POSITIONS', 'RECIPES', 'St
 
 # %% ../../chapters/11_one_stack.ipynb #e06f48a3
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from functools import partial
 
 import torch
@@ -140,7 +140,8 @@ class TransformerStack(nn.Module):
     """
 
     def __init__(self, config: StackConfig):
-        if not isinstance(config, StackConfig):
+        # The config by its fields, not its class: a chapter's notebook defines its own copy of the class.
+        if not all(hasattr(config, field.name) for field in fields(StackConfig)):
             raise TypeError(f"config must be a StackConfig, such as StackConfig(vocab_size=1000); "
                             f"got {type(config).__name__}")
         super().__init__()

@@ -7,7 +7,7 @@ __all__ = ['LAYER_NORM_EPS', 'FeedForward', 'layer_norm', 'LayerNorm', 'EncoderL
 
 # %% ../../chapters/06_the_transformer.ipynb #1499cd7b
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from functools import partial
 
 import torch
@@ -244,7 +244,8 @@ class Transformer(nn.Module):
     """
 
     def __init__(self, config: TransformerConfig):
-        if not isinstance(config, TransformerConfig):
+        # The config by its fields, not its class: a chapter's notebook defines its own copy of the class.
+        if not all(hasattr(config, field.name) for field in fields(TransformerConfig)):
             raise TypeError(f"config must be a TransformerConfig, such as TransformerConfig(src_vocab_size=1000, "
                             f"tgt_vocab_size=1000); got {type(config).__name__}")
         super().__init__()

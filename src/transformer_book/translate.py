@@ -31,7 +31,12 @@ class Translator:
         self, model: Transformer, tokenizer: Tokenizer, device: torch.device | str | None = None,
         batch_size: int = 64, direction: str = "de-en",
     ):
-        if not isinstance(model, Transformer) or not isinstance(tokenizer, Tokenizer):
+        # The model by what it has, not its class: a chapter's notebook defines its own copy of the class.
+        is_transformer = (
+            isinstance(model, torch.nn.Module)
+            and hasattr(model, "config") and hasattr(model, "encoder")
+        )
+        if not is_transformer or not isinstance(tokenizer, Tokenizer):
             raise TypeError(f"model and tokenizer must be a Transformer and a tokenizers.Tokenizer (to load both "
                             f"from a checkpoint: Translator.from_checkpoint(path)); got {type(model).__name__} "
                             f"and {type(tokenizer).__name__}")
