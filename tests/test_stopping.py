@@ -33,6 +33,9 @@ import os, signal, sys
 import transformer_book.run
 from transformer_book import cli
 
+# Ctrl-C as in a terminal: a test runner's worker (pytest-xdist's) ignores SIGINT, and a child inherits that.
+signal.signal(signal.SIGINT, signal.default_int_handler)
+
 out, signum, at, times = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 after_step = transformer_book.run.after_step
 
@@ -53,6 +56,15 @@ def command(out: Path, signum: int = 0, at: int = 0, times: int = 1) -> subproce
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "src"), "OMP_NUM_THREADS": "1"}
     return subprocess.run([sys.executable, "-c", PROBE, str(out), str(signum), str(at), str(times), STEPS],
                           capture_output=True, text=True, env=env, timeout=300)
+
+
+@pytest.fixture
+def ctrl_c_as_in_a_terminal():
+    """Python's own SIGINT handler for the test: pytest-xdist's workers ignore SIGINT, and StopRequest leaves an
+    ignored signal alone."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
 
 
 def saved_state(out: Path) -> dict:
@@ -97,7 +109,7 @@ def test_a_second_ctrl_c_interrupts_at_once(tmp_path):
     assert not (out / "last").exists()  # the update in progress was not finished, and nothing was saved
 
 
-def test_the_first_signal_is_noted_the_second_raises_and_the_handlers_are_put_back():
+def test_the_first_signal_is_noted_the_second_raises_and_the_handlers_are_put_back(ctrl_c_as_in_a_terminal):
     before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
     with StopRequest() as request:
         assert not request.requested
@@ -112,7 +124,7 @@ def test_the_first_signal_is_noted_the_second_raises_and_the_handlers_are_put_ba
     assert signal.getsignal(signal.SIGTERM) == before[1]
 
 
-def test_interrupt_hands_the_signal_on_and_a_process_not_signalled_raises_keyboard_interrupt():
+def test_interrupt_hands_the_signal_on_and_a_process_not_signalled_raises_keyboard_interrupt(ctrl_c_as_in_a_terminal):
     with StopRequest() as request:
         signal.raise_signal(signal.SIGINT)
     with pytest.raises(KeyboardInterrupt):
@@ -136,7 +148,8 @@ def test_an_ignored_signal_and_another_thread_are_left_alone():
 
 
 @needs_data
-def test_train_puts_the_handlers_back_when_it_returns_and_when_it_raises(tmp_path, monkeypatch):
+def test_train_puts_the_handlers_back_when_it_returns_and_when_it_raises(tmp_path, monkeypatch,
+                                                                        ctrl_c_as_in_a_terminal):
     before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
     train(TINY, tmp_path / "done", device=CPU, progress=False, max_steps=2)
     assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
@@ -161,6 +174,7 @@ import transformer_book.run
 from transformer_book.distributed import start_distributed
 from transformer_book.presets import PRESETS
 
+signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C as in a terminal (see PROBE)
 preset = dataclasses.replace(PRESETS["smoke"], train_subset=160, max_tokens=400, epochs=1, amp="off")
 device = start_distributed()
 after_step = transformer_book.run.after_step
