@@ -32,6 +32,7 @@ run)
   wheels="$(realpath "${3:?usage: $0 run DATA WHEELS OUT}")"
   out="$(realpath -m "${4:?usage: $0 run DATA WHEELS OUT}")"
   python="${PYTHON:-python3}"
+  [[ "$python" == */* ]] && python="$(realpath "$python")"  # a relative path must survive the cd below
   work="$(mktemp -d)"
   trap 'rm -rf "$work"' EXIT
   mkdir -p "$out"
@@ -59,10 +60,6 @@ print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), 'book', tra
     tar -xf - -C "$work/repo"
   cd "$work/repo"
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv >"$out/gpu.txt" 2>&1 || true
-  # Cells written ahead of this run (chapter 10's exercises) wait in a fragment until a GPU run gives them outputs.
-  if [ -f tools/chapter10_exercises.ipynb ]; then
-    "$python" tools/splice_cells.py tools/chapter10_exercises.ipynb chapters/10_training_on_gpu.ipynb
-  fi
   start=$SECONDS
   TRANSFORMER_BOOK_DATA="$data" TRANSFORMER_BOOK_PRESET="${TRANSFORMER_BOOK_PRESET:-gpu}" \
     "$python" tools/execute.py chapters/10_training_on_gpu.ipynb 2>&1 | tee "$out/execute.log"
