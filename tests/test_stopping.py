@@ -1,7 +1,7 @@
 """Ctrl-C and SIGTERM while `train` runs (chapter 10a's StopRequest): the run stops at the end of the update in
 progress, saves it in `last/`, then interrupts, and the same command resumes from it exactly; a second signal
 interrupts at once; the handlers there were are put back, in a notebook as on the command line; in two processes,
-one process's Ctrl-C stops both at the same update."""
+one process's Ctrl-C stops both at the same update, and so does a Ctrl-C typed in torchrun's terminal."""
 
 import dataclasses
 import json
@@ -208,3 +208,55 @@ def test_one_process_s_ctrl_c_stops_both_at_the_same_update(tmp_path):
         assert json.loads((tmp_path / f"run-{rank}.json").read_text()) == {"stopped": "interrupted"}
     state = saved_state(tmp_path / "run")
     assert state["step"] == 2 and state["stopped"] == INTERRUPTED
+
+
+# Ctrl-C in the terminal that started torchrun: the terminal sends SIGINT to torchrun's process group. torchrun
+# starts each worker in a session of its own, so the workers get one SIGINT each, the one torchrun passes on, and
+# stop as after a single Ctrl-C; torchrun waits for them (30 s by default) before it kills them. Were the workers in
+# torchrun's group, each would get two at once, and the second would interrupt them at once, saving nothing.
+TERMINAL_WORKER = """
+import dataclasses, json, os, signal, sys
+import torch.distributed as dist
+import transformer_book.run
+from transformer_book.distributed import start_distributed
+from transformer_book.presets import PRESETS
+
+signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C as in a terminal (see PROBE)
+preset = dataclasses.replace(PRESETS["smoke"], train_subset=160, max_tokens=400, epochs=2, amp="off")
+device = start_distributed()
+after_step = transformer_book.run.after_step
+
+def ctrl_c_in_the_terminal(run, max_steps, state):
+    if state.step == 2 and dist.get_rank() == 0:
+        os.killpg(os.getpgid(os.getppid()), signal.SIGINT)  # torchrun's process group, as the terminal does
+    return after_step(run, max_steps, state)
+
+transformer_book.run.after_step = ctrl_c_in_the_terminal
+try:
+    transformer_book.run.train(preset, sys.argv[1], device=device, progress=False)
+    stopped = None
+except KeyboardInterrupt:
+    stopped = "interrupted"
+finally:
+    dist.destroy_process_group()
+json.dump({"stopped": stopped, "own_session": os.getsid(0) == os.getpid()},
+          open(f"{sys.argv[1]}-{os.environ['RANK']}.json", "w"))
+"""
+
+
+@needs_data
+def test_ctrl_c_in_torchrun_s_terminal_stops_every_worker_at_one_update_and_saves_it(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "src"), "OMP_NUM_THREADS": "1"}
+    (tmp_path / "worker.py").write_text(TERMINAL_WORKER, encoding="utf-8")
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "worker.py",
+               str(tmp_path / "run")]
+    # torchrun in a process group of its own, as a terminal's foreground job is (and away from pytest's)
+    result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300,
+                            start_new_session=True)
+    assert "SIGINT" in result.stderr or "signal: 2" in result.stderr, result.stderr  # torchrun itself was stopped
+    for rank in (0, 1):
+        worker = json.loads((tmp_path / f"run-{rank}.json").read_text())
+        assert worker == {"stopped": "interrupted", "own_session": True}, f"{result.stdout}\n{result.stderr}"
+    state = saved_state(tmp_path / "run")
+    assert state["stopped"] == INTERRUPTED and state["step"] >= 2, state
+    assert len(state["losses"]) == state["step"]
