@@ -166,7 +166,8 @@ def test_train_puts_the_handlers_back_when_it_returns_and_when_it_raises(tmp_pat
     assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
 
 
-# Two processes (gloo): process 1 alone is sent Ctrl-C at update 2; both stop there, and `last/` holds it.
+# Two processes (gloo), started by torchrun: at update 2, process @RANK@ sends Ctrl-C by @SEND@; each process records
+# how it ended and whether it leads a session of its own.
 WORKER = """
 import dataclasses, json, os, signal, sys
 import torch.distributed as dist
@@ -175,65 +176,18 @@ from transformer_book.distributed import start_distributed
 from transformer_book.presets import PRESETS
 
 signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C as in a terminal (see PROBE)
-preset = dataclasses.replace(PRESETS["smoke"], train_subset=160, max_tokens=400, epochs=1, amp="off")
+preset = dataclasses.replace(PRESETS["smoke"], train_subset=160, max_tokens=400, epochs=@EPOCHS@, amp="off")
 device = start_distributed()
 after_step = transformer_book.run.after_step
 
 def signalled(run, max_steps, state):
-    if state.step == 2 and dist.get_rank() == 1:
-        os.kill(os.getpid(), signal.SIGINT)
+    if state.step == 2 and dist.get_rank() == @RANK@:
+        @SEND@
     return after_step(run, max_steps, state)
 
 transformer_book.run.after_step = signalled
 try:
-    transformer_book.run.train(preset, sys.argv[1], device=device, max_steps=6, progress=False)
-    stopped = None
-except KeyboardInterrupt:
-    stopped = "interrupted"
-finally:
-    dist.destroy_process_group()
-json.dump({"stopped": stopped}, open(f"{sys.argv[1]}-{os.environ['RANK']}.json", "w"))
-"""
-
-
-@needs_data
-def test_one_process_s_ctrl_c_stops_both_at_the_same_update(tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "src"), "OMP_NUM_THREADS": "1"}
-    (tmp_path / "worker.py").write_text(WORKER, encoding="utf-8")
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "worker.py",
-               str(tmp_path / "run")]
-    result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
-    assert result.returncode == 0, f"{result.stdout}\n{result.stderr}"
-    for rank in (0, 1):
-        assert json.loads((tmp_path / f"run-{rank}.json").read_text()) == {"stopped": "interrupted"}
-    state = saved_state(tmp_path / "run")
-    assert state["step"] == 2 and state["stopped"] == INTERRUPTED
-
-
-# Ctrl-C in the terminal that started torchrun: the terminal sends SIGINT to torchrun's process group. torchrun
-# starts each worker in a session of its own, so the workers get one SIGINT each, the one torchrun passes on, and
-# stop as after a single Ctrl-C; torchrun waits for them (30 s by default) before it kills them. Were the workers in
-# torchrun's group, each would get two at once, and the second would interrupt them at once, saving nothing.
-TERMINAL_WORKER = """
-import dataclasses, json, os, signal, sys
-import torch.distributed as dist
-import transformer_book.run
-from transformer_book.distributed import start_distributed
-from transformer_book.presets import PRESETS
-
-signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C as in a terminal (see PROBE)
-preset = dataclasses.replace(PRESETS["smoke"], train_subset=160, max_tokens=400, epochs=2, amp="off")
-device = start_distributed()
-after_step = transformer_book.run.after_step
-
-def ctrl_c_in_the_terminal(run, max_steps, state):
-    if state.step == 2 and dist.get_rank() == 0:
-        os.killpg(os.getpgid(os.getppid()), signal.SIGINT)  # torchrun's process group, as the terminal does
-    return after_step(run, max_steps, state)
-
-transformer_book.run.after_step = ctrl_c_in_the_terminal
-try:
-    transformer_book.run.train(preset, sys.argv[1], device=device, progress=False)
+    transformer_book.run.train(preset, sys.argv[1], device=device, max_steps=@MAX_STEPS@, progress=False)
     stopped = None
 except KeyboardInterrupt:
     stopped = "interrupted"
@@ -244,19 +198,43 @@ json.dump({"stopped": stopped, "own_session": os.getsid(0) == os.getpid()},
 """
 
 
-@needs_data
-def test_ctrl_c_in_torchrun_s_terminal_stops_every_worker_at_one_update_and_saves_it(tmp_path):
+def torchrun(tmp_path: Path, rank: int, send: str, epochs: int, max_steps: str, **run) -> tuple[object, list[dict]]:
+    """torchrun's result, and what each of its two workers recorded, for WORKER filled in."""
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "src"), "OMP_NUM_THREADS": "1"}
-    (tmp_path / "worker.py").write_text(TERMINAL_WORKER, encoding="utf-8")
+    script = WORKER
+    for name, value in (("@EPOCHS@", str(epochs)), ("@RANK@", str(rank)), ("@SEND@", send), ("@MAX_STEPS@", max_steps)):
+        script = script.replace(name, value)
+    (tmp_path / "worker.py").write_text(script, encoding="utf-8")
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "worker.py",
                str(tmp_path / "run")]
+    result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300, **run)
+    workers = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("run-*.json"))]
+    assert len(workers) == 2, f"{result.stdout}\n{result.stderr}"
+    return result, workers
+
+
+@needs_data
+def test_one_process_s_ctrl_c_stops_both_at_the_same_update(tmp_path):
+    # process 1 alone is sent Ctrl-C at update 2; both stop there, and `last/` holds it
+    result, workers = torchrun(tmp_path, 1, "os.kill(os.getpid(), signal.SIGINT)", epochs=1, max_steps="6")
+    assert result.returncode == 0, f"{result.stdout}\n{result.stderr}"
+    assert [w["stopped"] for w in workers] == ["interrupted", "interrupted"]
+    state = saved_state(tmp_path / "run")
+    assert state["step"] == 2 and state["stopped"] == INTERRUPTED
+
+
+# Ctrl-C in the terminal that started torchrun: the terminal sends SIGINT to torchrun's process group. torchrun
+# starts each worker in a session of its own, so the workers get one SIGINT each, the one torchrun passes on, and
+# stop as after a single Ctrl-C; torchrun waits for them (30 s by default) before it kills them. Were the workers in
+# torchrun's group, each would get two at once, and the second could interrupt them in the middle of an update or a
+# save.
+@needs_data
+def test_ctrl_c_in_torchrun_s_terminal_stops_every_worker_at_one_update_and_saves_it(tmp_path):
     # torchrun in a process group of its own, as a terminal's foreground job is (and away from pytest's)
-    result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300,
-                            start_new_session=True)
+    result, workers = torchrun(tmp_path, 0, "os.killpg(os.getpgid(os.getppid()), signal.SIGINT)", epochs=2,
+                               max_steps="None", start_new_session=True)
     assert "SIGINT" in result.stderr or "signal: 2" in result.stderr, result.stderr  # torchrun itself was stopped
-    for rank in (0, 1):
-        worker = json.loads((tmp_path / f"run-{rank}.json").read_text())
-        assert worker == {"stopped": "interrupted", "own_session": True}, f"{result.stdout}\n{result.stderr}"
+    assert workers == [{"stopped": "interrupted", "own_session": True}] * 2, f"{result.stdout}\n{result.stderr}"
     state = saved_state(tmp_path / "run")
     assert state["stopped"] == INTERRUPTED and state["step"] >= 2, state
     assert len(state["losses"]) == state["step"]
