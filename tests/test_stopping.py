@@ -167,7 +167,7 @@ def test_train_puts_the_handlers_back_when_it_returns_and_when_it_raises(tmp_pat
 
 
 # Two processes (gloo), started by torchrun: at update 2, process @RANK@ sends Ctrl-C by @SEND@; each process records
-# how it ended and whether it leads a session of its own.
+# how it ended, at which update, and whether it leads a session of its own.
 WORKER = """
 import dataclasses, json, os, signal, sys
 import torch.distributed as dist
@@ -179,8 +179,11 @@ signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C as in a termi
 preset = dataclasses.replace(PRESETS["smoke"], train_subset=160, max_tokens=400, epochs=@EPOCHS@, amp="off")
 device = start_distributed()
 after_step = transformer_book.run.after_step
+last_step = None  # the update this process finished last
 
 def signalled(run, max_steps, state):
+    global last_step
+    last_step = state.step
     if state.step == 2 and dist.get_rank() == @RANK@:
         @SEND@
     return after_step(run, max_steps, state)
@@ -193,7 +196,7 @@ except KeyboardInterrupt:
     stopped = "interrupted"
 finally:
     dist.destroy_process_group()
-json.dump({"stopped": stopped, "own_session": os.getsid(0) == os.getpid()},
+json.dump({"stopped": stopped, "step": last_step, "own_session": os.getsid(0) == os.getpid()},
           open(f"{sys.argv[1]}-{os.environ['RANK']}.json", "w"))
 """
 
@@ -218,7 +221,7 @@ def test_one_process_s_ctrl_c_stops_both_at_the_same_update(tmp_path):
     # process 1 alone is sent Ctrl-C at update 2; both stop there, and `last/` holds it
     result, workers = torchrun(tmp_path, 1, "os.kill(os.getpid(), signal.SIGINT)", epochs=1, max_steps="6")
     assert result.returncode == 0, f"{result.stdout}\n{result.stderr}"
-    assert [w["stopped"] for w in workers] == ["interrupted", "interrupted"]
+    assert [(w["stopped"], w["step"]) for w in workers] == [("interrupted", 2)] * 2
     state = saved_state(tmp_path / "run")
     assert state["step"] == 2 and state["stopped"] == INTERRUPTED
 
@@ -234,7 +237,9 @@ def test_ctrl_c_in_torchrun_s_terminal_stops_every_worker_at_one_update_and_save
     result, workers = torchrun(tmp_path, 0, "os.killpg(os.getpgid(os.getppid()), signal.SIGINT)", epochs=2,
                                max_steps="None", start_new_session=True)
     assert "SIGINT" in result.stderr or "signal: 2" in result.stderr, result.stderr  # torchrun itself was stopped
-    assert workers == [{"stopped": "interrupted", "own_session": True}] * 2, f"{result.stdout}\n{result.stderr}"
     state = saved_state(tmp_path / "run")
     assert state["stopped"] == INTERRUPTED and state["step"] >= 2, state
+    # both at the update `last/` holds: the one after which torchrun's SIGINT reached them
+    assert workers == [{"stopped": "interrupted", "step": state["step"], "own_session": True}] * 2, \
+        f"{result.stdout}\n{result.stderr}"
     assert len(state["losses"]) == state["step"]
