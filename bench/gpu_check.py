@@ -28,8 +28,8 @@ from pathlib import Path
 import torch
 
 from transformer_book import data
-from transformer_book.presets import AMP_CHOICES, PRESETS, pick_amp_dtype
-from transformer_book.run import train
+from transformer_book.run.loop import train
+from transformer_book.run.presets import AMP_CHOICES, PRESETS, pick_amp_dtype
 
 
 def main(argv: list[str] | None = None) -> int:

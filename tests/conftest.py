@@ -48,7 +48,7 @@ def read_info(folder: Path) -> dict:
     """checkpoint.json of a checkpoint folder, without its seal (what a test edits)."""
     import json
 
-    from transformer_book.safefiles import SEAL_KEY
+    from transformer_book.run.safefiles import SEAL_KEY
 
     info = json.loads((Path(folder) / "checkpoint.json").read_text())
     info.pop(SEAL_KEY, None)
@@ -57,7 +57,7 @@ def read_info(folder: Path) -> dict:
 
 def write_info(folder: Path, info: dict) -> None:
     """Write an edited checkpoint.json sealed again, as a deliberate edit would be (a test of the later checks)."""
-    from transformer_book.safefiles import seal
+    from transformer_book.run.safefiles import seal
 
     (Path(folder) / "checkpoint.json").write_text(seal(info))
 

@@ -15,12 +15,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from transformer_book import cli, data
-from transformer_book.checkpoint import RunRecord, save_checkpoint
+from transformer_book import data
 from transformer_book.model import Transformer
-from transformer_book.presets import PRESETS, model_config
-from transformer_book.run import SAVE_EVERY_STEPS
-from transformer_book.runfolder import snapshot_path
+from transformer_book.run import cli
+from transformer_book.run.checkpoint import RunRecord, save_checkpoint
+from transformer_book.run.loop import SAVE_EVERY_STEPS
+from transformer_book.run.presets import PRESETS, model_config
+from transformer_book.run.runfolder import snapshot_path
 from transformer_book.training import TrainState
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -163,7 +164,7 @@ def test_ctrl_c_says_which_update_the_next_run_resumes_from(run, capsys, monkeyp
 
 SIGTERM_PROBE = """
 import os, signal, sys, time
-from transformer_book import cli
+from transformer_book.run import cli
 
 def killed(*args, **kwargs):
     os.kill(os.getpid(), signal.SIGTERM)  # what `kill PID` or a batch scheduler sends

@@ -15,7 +15,8 @@ def test_the_wheel_holds_only_the_package_licence_and_metadata(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     (wheel,) = tmp_path.glob("transformer_book-*-py3-none-any.whl")
     names = zipfile.ZipFile(wheel).namelist()
-    modules = sorted(p.name for p in (REPO_ROOT / "src" / "transformer_book").glob("*.py"))
+    package = REPO_ROOT / "src" / "transformer_book"
+    modules = sorted(p.relative_to(package).as_posix() for p in package.rglob("*.py"))
     assert sorted(n.split("/", 1)[1] for n in names if n.startswith("transformer_book/")) == modules
     others = [n for n in names if not n.startswith("transformer_book/")]
     assert all(re.fullmatch(r"transformer_book-[^/]+\.dist-info/[\w./-]+", n) for n in others), others

@@ -17,11 +17,11 @@ from conftest import needs_data
 from safetensors.torch import load_file
 
 from transformer_book import data
-from transformer_book.checkpoint import load_checkpoint
-from transformer_book.distributed import Processes, shard
 from transformer_book.masking import make_batch
-from transformer_book.presets import PRESETS
-from transformer_book.run import train
+from transformer_book.run.checkpoint import load_checkpoint
+from transformer_book.run.distributed import Processes, shard
+from transformer_book.run.loop import train
+from transformer_book.run.presets import PRESETS
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CPU = torch.device("cpu")
@@ -32,12 +32,12 @@ STEPS = 4
 WORKER = """
 import json, sys
 import torch.distributed as dist
-from transformer_book.presets import PRESETS
-from transformer_book.distributed import start_distributed
-from transformer_book.run import train
+from transformer_book.run.presets import PRESETS
+from transformer_book.run.distributed import start_distributed
+from transformer_book.run.loop import train
 import dataclasses
-import transformer_book.run
-transformer_book.run.SAVE_EVERY_STEPS = 3  # last/ is saved before the end too: every process takes part in each save
+import transformer_book.run.loop
+transformer_book.run.loop.SAVE_EVERY_STEPS = 3  # last/ is saved before the end too: every process takes part in each save
 dropout = float(sys.argv[4]) if len(sys.argv) > 4 else 0.0
 preset = dataclasses.replace(PRESETS["smoke"], dropout=dropout, train_subset=160, max_tokens=400, epochs=1, amp="off")
 device = start_distributed()

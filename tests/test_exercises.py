@@ -16,10 +16,10 @@ from hypothesis import strategies as st
 from torch import nn
 
 from transformer_book.attention import scaled_dot_product_attention
-from transformer_book.checking import NOT_WRITTEN, compare
 from transformer_book.decoding import beam_search, corpus_bleu, greedy_decode
 from transformer_book.efficient import blockwise_attention
 from transformer_book.exercises import MISTAKES_BY_CHECK, check_attention, check_multi_head_attention
+from transformer_book.exercises.framework import NOT_WRITTEN, compare
 from transformer_book.layers import RMSNorm
 from transformer_book.masking import causal_mask, padding_mask
 from transformer_book.model import EncoderLayer, layer_norm

@@ -124,7 +124,7 @@ def test_every_module_opens_with_a_docstring_naming_its_chapter():
     import ast
 
     problems = []
-    for module in sorted((REPO_ROOT / export.PACKAGE_DIR).glob("*.py")):
+    for module in sorted((REPO_ROOT / export.PACKAGE_DIR).rglob("*.py")):
         docstring = ast.get_docstring(ast.parse(module.read_text(encoding="utf-8")))
         if not docstring:
             problems.append(f"{module.name}: no module docstring")

@@ -19,12 +19,13 @@ import torch
 from conftest import needs_data, read_info, serve_http, write_info
 from safetensors import SafetensorError
 
-from transformer_book import checkpoint, cli, data, multi30k, runfolder
-from transformer_book.checkpoint import RunRecord, load_checkpoint, save_checkpoint
+from transformer_book import data, multi30k
 from transformer_book.model import Transformer
-from transformer_book.presets import PRESETS, model_config
-from transformer_book.run import train
-from transformer_book.safefiles import SEAL_KEY, read_record
+from transformer_book.run import checkpoint, cli, runfolder
+from transformer_book.run.checkpoint import RunRecord, load_checkpoint, save_checkpoint
+from transformer_book.run.loop import train
+from transformer_book.run.presets import PRESETS, model_config
+from transformer_book.run.safefiles import SEAL_KEY, read_record
 from transformer_book.training import TrainState
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

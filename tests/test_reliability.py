@@ -15,11 +15,11 @@ import torch
 from conftest import needs_data, read_info, write_info
 
 from transformer_book import data
-from transformer_book.checkpoint import load_checkpoint, save_checkpoint
 from transformer_book.model import Transformer
-from transformer_book.presets import PRESETS, model_config
-from transformer_book.run import train
-from transformer_book.translate import Translator
+from transformer_book.run.checkpoint import load_checkpoint, save_checkpoint
+from transformer_book.run.loop import train
+from transformer_book.run.presets import PRESETS, model_config
+from transformer_book.run.translate import Translator
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CPU = torch.device("cpu")

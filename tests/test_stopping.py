@@ -16,10 +16,10 @@ import pytest
 import torch
 from conftest import needs_data
 
-import transformer_book.run
-from transformer_book.presets import PRESETS
-from transformer_book.run import train
-from transformer_book.stopping import INTERRUPTED, StopRequest
+import transformer_book.run.loop
+from transformer_book.run.loop import train
+from transformer_book.run.presets import PRESETS
+from transformer_book.run.stopping import INTERRUPTED, StopRequest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CPU = torch.device("cpu")
@@ -30,14 +30,14 @@ STEPS = "8"  # the command's --max-steps: the signal comes before, and no epoch 
 # moment, here at a known one); `times` signals in a row.
 PROBE = """
 import os, signal, sys
-import transformer_book.run
-from transformer_book import cli
+import transformer_book.run.loop
+from transformer_book.run import cli
 
 # Ctrl-C as in a terminal: a test runner's worker (pytest-xdist's) ignores SIGINT, and a child inherits that.
 signal.signal(signal.SIGINT, signal.default_int_handler)
 
 out, signum, at, times = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-after_step = transformer_book.run.after_step
+after_step = transformer_book.run.loop.after_step
 
 def signalled(run, max_steps, state):
     if state.step == at:
@@ -46,7 +46,7 @@ def signalled(run, max_steps, state):
     return after_step(run, max_steps, state)
 
 if at:
-    transformer_book.run.after_step = signalled
+    transformer_book.run.loop.after_step = signalled
 sys.exit(cli.main(["train", "--preset", "smoke", "--out", out, "--max-steps", sys.argv[5]]))
 """
 
@@ -159,7 +159,7 @@ def test_train_puts_the_handlers_back_when_it_returns_and_when_it_raises(tmp_pat
         during.append(signal.getsignal(signal.SIGINT))
         raise RuntimeError("a bug in the loop")
 
-    monkeypatch.setattr(transformer_book.run, "fit", failing_fit)
+    monkeypatch.setattr(transformer_book.run.loop, "fit", failing_fit)
     with pytest.raises(RuntimeError, match="a bug in the loop"):
         train(TINY, tmp_path / "failed", device=CPU, progress=False, max_steps=2)
     assert during and during[0] != before[0]  # while training, the request held Ctrl-C
@@ -171,14 +171,14 @@ def test_train_puts_the_handlers_back_when_it_returns_and_when_it_raises(tmp_pat
 WORKER = """
 import dataclasses, json, os, signal, sys
 import torch.distributed as dist
-import transformer_book.run
-from transformer_book.distributed import start_distributed
-from transformer_book.presets import PRESETS
+import transformer_book.run.loop
+from transformer_book.run.distributed import start_distributed
+from transformer_book.run.presets import PRESETS
 
 signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C as in a terminal (see PROBE)
 preset = dataclasses.replace(PRESETS["smoke"], train_subset=160, max_tokens=400, epochs=@EPOCHS@, amp="off")
 device = start_distributed()
-after_step = transformer_book.run.after_step
+after_step = transformer_book.run.loop.after_step
 last_step = None  # the update this process finished last
 
 def signalled(run, max_steps, state):
@@ -188,9 +188,9 @@ def signalled(run, max_steps, state):
         @SEND@
     return after_step(run, max_steps, state)
 
-transformer_book.run.after_step = signalled
+transformer_book.run.loop.after_step = signalled
 try:
-    transformer_book.run.train(preset, sys.argv[1], device=device, max_steps=@MAX_STEPS@, progress=False)
+    transformer_book.run.loop.train(preset, sys.argv[1], device=device, max_steps=@MAX_STEPS@, progress=False)
     stopped = None
 except KeyboardInterrupt:
     stopped = "interrupted"

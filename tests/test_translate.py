@@ -11,13 +11,15 @@ import pytest
 import torch
 from conftest import needs_data, read_info, write_info
 
-from transformer_book import checkpoint, cli, data
-from transformer_book import run as run_module
-from transformer_book.checkpoint import RunRecord, average_checkpoints, load_checkpoint, save_checkpoint
-from transformer_book.cli import main as cli_main
+from transformer_book import data
 from transformer_book.decoding import beam_search
 from transformer_book.model import Transformer
-from transformer_book.presets import (
+from transformer_book.run import checkpoint, cli
+from transformer_book.run import loop as run_module
+from transformer_book.run.checkpoint import RunRecord, average_checkpoints, load_checkpoint, save_checkpoint
+from transformer_book.run.cli import main as cli_main
+from transformer_book.run.loop import train
+from transformer_book.run.presets import (
     PRESETS,
     choose_preset,
     in_direction,
@@ -25,9 +27,8 @@ from transformer_book.presets import (
     pick_amp_dtype,
     preset_differences,
 )
-from transformer_book.run import train
+from transformer_book.run.translate import Translator, attention_weights, evaluate
 from transformer_book.tokens import EOS_ID
-from transformer_book.translate import Translator, attention_weights, evaluate
 
 CPU = torch.device("cpu")
 TINY = dataclasses.replace(PRESETS["smoke"], train_subset=160, epochs=2, val_bleu_sentences=8, max_tokens=400)
@@ -309,7 +310,7 @@ def test_translator_and_command_line(tmp_path):
 
 @needs_data
 def test_copy_to_keeps_the_run_and_a_new_session_resumes_from_it(tmp_path, monkeypatch):
-    from transformer_book import runfolder
+    from transformer_book.run import runfolder
 
     copies = []
     real_copy = runfolder.copy_run
@@ -331,7 +332,7 @@ def test_copy_to_keeps_the_run_and_a_new_session_resumes_from_it(tmp_path, monke
 
 
 def test_copy_run_replaces_each_part_and_recovers_an_interrupted_save(tmp_path):
-    from transformer_book.runfolder import copy_run
+    from transformer_book.run.runfolder import copy_run
 
     source, target = tmp_path / "run", tmp_path / "copy"
     (source / "last.old").mkdir(parents=True)  # a save interrupted between its two renames
@@ -389,7 +390,7 @@ def test_length_penalty_reaches_beam_search(small_checkpoint, monkeypatch):
         seen.append(args[-1])  # beam_search(model, src, beam_size, max_len, bos_id, eos_id, length_penalty)
         return beam_search(*args, **kwargs)
 
-    monkeypatch.setattr("transformer_book.translate.beam_search", spy)
+    monkeypatch.setattr("transformer_book.run.translate.beam_search", spy)
     translator.translate(["ein hund läuft"], beam_size=2, length_penalty=1.4)
     assert seen == [1.4]
 

@@ -36,12 +36,12 @@ _MODULE_OF = {
     "beam_search": "decoding",
     "load_multi30k": "data",
     "download_multi30k": "multi30k",
-    "PRESETS": "presets",
-    "Preset": "presets",
-    "choose_preset": "presets",
-    "pick_device": "presets",
-    "Translator": "translate",
-    "train": "run",
+    "PRESETS": "run.presets",
+    "Preset": "run.presets",
+    "choose_preset": "run.presets",
+    "pick_device": "run.presets",
+    "Translator": "run.translate",
+    "train": "run.loop",
     "TransformerStack": "lm",
     "StackConfig": "lm",
     "generate": "generation",
@@ -69,12 +69,12 @@ if TYPE_CHECKING:  # editors and type checkers see the names without running __g
     from .multi30k import download_multi30k
     from .multihead import MultiHeadAttention
     from .positional import LearnedPositionalEmbedding, PositionalEncoding, sinusoidal_encoding
-    from .presets import PRESETS, Preset, choose_preset, pick_device
     from .recurrent import GRUCell, LSTMCell, RNNCell
-    from .run import train
+    from .run.loop import train
+    from .run.presets import PRESETS, Preset, choose_preset, pick_device
+    from .run.translate import Translator
     from .seq2seq import AdditiveAttention, RecurrentSeq2Seq
     from .training import LabelSmoothingLoss, WarmupSchedule, fit
-    from .translate import Translator
 
 
 def __getattr__(name: str):

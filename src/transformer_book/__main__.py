@@ -15,7 +15,7 @@ def main() -> int:
     loads, so it is set here, before the command line imports torch; a value the user set is kept.
     """
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    from .cli import main as command_line
+    from .run.cli import main as command_line
 
     return command_line()
 
