@@ -165,9 +165,12 @@ test-colab: dist
 colab: setup-book
 	$(BIN)/python tools/colab.py --out _build/colab
 
+# bump-my-version writes the version into every file [tool.bumpversion] in pyproject.toml lists.
 bump: setup
 	@test -n "$(VERSION)" || { echo "usage: make bump VERSION=x.y.z"; exit 2; }
-	$(BIN)/python tools/version.py bump $(VERSION)
+	$(BIN)/bump-my-version bump --new-version $(VERSION) || { \
+	  echo "make bump: failed; VERSION must read x.y.z or x.y.zrcN ([tool.bumpversion] parse in pyproject.toml)"; exit 1; }
+	@echo "version: now $(VERSION) everywhere; run make test, commit, then tag v$(VERSION) (CONTRIBUTING.md: Releasing)"
 
 execute: setup
 	$(if $(PRESET),TRANSFORMER_BOOK_PRESET=$(PRESET)) $(BIN)/python tools/execute.py $(or $(NB),$(CHAPTERS))
