@@ -1,20 +1,6 @@
 # Building the Transformer: the two commands a reader needs are `make book` and `make test`.
-# Everything runs inside .venv, created on first use.
-#
-#   make setup      create .venv and install the pinned dependencies (instant when already done)
-#   make setup-book only what building the HTML needs (no PyTorch: the build runs no code)
-#   make book       build the HTML book into _build/html (warnings are errors; notebooks are not re-run)
-#   make test       ruff, actionlint, pytest, nbval, the package's wheel, a Colab-like run, the book in a browser
-#   make export     write src/transformer_book/ from the chapters' `#| export` cells (nbdev)
-#   make bootstrap  write every chapter's first cell (the Colab set-up) from tools/bootstrap.py's template
-#   make dist       build the sdist and wheel into dist/ and check them as PyPI will
-#   make test-colab run chapters 1 and 10 as on Colab: lowest dependencies, local wheels for PyPI, git fallback
-#   make colab      write the chapters as Colab opens them (no MyST markup left) into _build/colab/
-#   make bump       write a new version everywhere: make bump VERSION=x.y.z
-#   make execute    re-run the chapters in place to refresh their stored outputs (NB=chapters/x.ipynb for one)
-#   make train      train the chapter 10 model from the command line (PRESET=smoke|cpu|gpu, default cpu)
-#   make test-book  only the browser test of the built book (screenshots in _build/screenshots/)
-#   make linkcheck  check external links (needs internet)
+# Everything runs inside .venv, created on first use. `make help` lists the targets: the text after `##` on a
+# target's line.
 
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
@@ -47,12 +33,12 @@ export PYDEVD_DISABLE_FILE_VALIDATION := 1
 .PHONY: help setup setup-book browser book test lint actionlint pytest nbval test-book export bootstrap dist test-colab colab bump \
 	execute train linkcheck clean
 
-help:
-	@sed -n '4,18p' Makefile | sed 's/^# //'
+help: ## this list
+	@awk -F ':.*## ' '/^[a-z][a-z-]*:.*## / { printf "  make %-10s %s\n", $$1, $$2 }' $(firstword $(MAKEFILE_LIST))
 
-setup: $(STAMP) browser
+setup: $(STAMP) browser ## create .venv and install the pinned dependencies (instant when already done)
 
-setup-book: $(BOOK_STAMP)
+setup-book: $(BOOK_STAMP) ## only what building the HTML needs (no PyTorch: the build runs no code)
 
 # Re-installs only when pyproject.toml or constraints.txt changed (or .venv is new).
 $(STAMP): pyproject.toml constraints.txt
@@ -86,7 +72,7 @@ browser:
 	    echo "         Install a Chromium whose binary is called 'chromium' on PATH to run 'make test-book'."; \
 	  fi; }
 
-book: setup-book
+book: setup-book ## build the HTML book into _build/html (warnings are errors; notebooks are not re-run)
 	@# Sphinx copies book/static/ only when it writes a page: a change to the stylesheet or the script alone would
 	@# not reach _build/html. Touching the landing page makes it write one.
 	@for f in book/static/*; do \
@@ -96,17 +82,17 @@ book: setup-book
 	@# next run reports the same warnings again instead of passing.
 	$(BIN)/jupyter-book build . -W --keep-going || { rm -rf _build/.doctrees; exit 1; }
 
-test: setup lint actionlint pytest nbval dist test-colab book test-book
+test: setup lint actionlint pytest nbval dist test-colab book test-book ## ruff, actionlint, pytest, nbval, the package's wheel, a Colab-like run, the book in a browser
 
-lint: setup
+lint: setup ## only ruff, on the package, the tests, the tools and the chapters
 	$(BIN)/ruff check $(LINT_PATHS)
 
 # The GitHub Actions workflows (.github/workflows/), checked before they ever run on GitHub.
-actionlint: setup
+actionlint: setup ## only actionlint, on the GitHub Actions workflows in .github/workflows/
 	@test -x $(BIN)/actionlint || { echo "actionlint: not installed in .venv (its wheel is for Linux x86-64 only)"; exit 1; }
 	$(BIN)/actionlint -no-color
 
-pytest: setup
+pytest: setup ## only pytest tests/ (no nbval, no browser test)
 	OMP_WAIT_POLICY=PASSIVE $(BIN)/python -m pytest tests/ -p no:cacheprovider \
 	  $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS))
 
@@ -125,7 +111,7 @@ NBVAL = TRANSFORMER_BOOK_PRESET=$(TEST_PRESET) OMP_WAIT_POLICY=PASSIVE $(BIN)/py
 # as a different CPU would. ATEN_CPU_CAPABILITY=default replaces PyTorch's vectorised kernels (AVX2, AVX-512) by
 # its generic ones, which add in another order, and one thread changes the order of every parallel sum again
 # (both change float32 results in their last digits: tests/test_glue.py says why the outputs survive that).
-nbval: setup
+nbval: setup ## only nbval: every chapter run again and compared with its stored outputs, in two passes
 ifeq ($(CHAPTERS),)
 	@echo "nbval: no notebooks in chapters/ yet"
 else
@@ -137,46 +123,49 @@ endif
 
 # The browser test of the built book alone (run `make book` first, or use `make test`). Each worker drives its own
 # browser (measured, idle: 194 s one by one, 149 s with two workers).
-test-book: setup
+test-book: setup ## only the browser test of the built book (screenshots in _build/screenshots/)
 	@test -f _build/html/index.html || { echo "test-book: no built book in _build/html; run 'make book' first"; exit 1; }
 	$(BIN)/python -m pytest tests/browser/test_book.py --book-dir _build/html -p no:cacheprovider \
 	  $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS))
 
-export: setup
+export: setup ## write src/transformer_book/ from the chapters' `#| export` cells (nbdev)
 	$(BIN)/python tools/export.py
 
-bootstrap: setup
+bootstrap: setup ## write every chapter's first cell (the Colab set-up) from tools/bootstrap.py's template
 	$(BIN)/python tools/bootstrap.py
 
 # sdist and wheel, checked with the same rules PyPI applies (twine check --strict).
-dist: setup
+dist: setup ## build the sdist and wheel into dist/ and check them as PyPI will
 	rm -rf dist
 	$(BIN)/python -m build --outdir dist . >/dev/null
 	$(BIN)/twine check --strict dist/*
 	@ls -l dist
 
 # Chapters 1 and 10 in a throwaway Colab-like environment (tools/colab_check.py says how); needs `make dist`.
-test-colab: dist
+test-colab: dist ## run chapters 1 and 10 as on Colab: lowest dependencies, local wheels for PyPI, git fallback
 	$(BIN)/python tools/colab_check.py --dist dist --work _build/colab-check
 
 # The chapters converted for Colab and plain Jupyter (tools/colab.py): glued numbers written in, boxes as block
 # quotes, solutions in <details>, citations and links as text. The book workflow publishes _build/colab/ to the
 # branch the Colab buttons open. Like the book, it needs no PyTorch.
-colab: setup-book
+colab: setup-book ## write the chapters as Colab opens them (no MyST markup left) into _build/colab/
 	$(BIN)/python tools/colab.py --out _build/colab
 
-bump: setup
+# bump-my-version writes the version into every file [tool.bumpversion] in pyproject.toml lists.
+bump: setup ## write a new version everywhere: make bump VERSION=x.y.z
 	@test -n "$(VERSION)" || { echo "usage: make bump VERSION=x.y.z"; exit 2; }
-	$(BIN)/python tools/version.py bump $(VERSION)
+	$(BIN)/bump-my-version bump --new-version $(VERSION) || { \
+	  echo "make bump: failed; VERSION must read x.y.z or x.y.zrcN ([tool.bumpversion] parse in pyproject.toml)"; exit 1; }
+	@echo "version: now $(VERSION) everywhere; run make test, commit, then tag v$(VERSION) (CONTRIBUTING.md: Releasing)"
 
-execute: setup
+execute: setup ## re-run the chapters in place to refresh their stored outputs (NB=chapters/x.ipynb for one)
 	$(if $(PRESET),TRANSFORMER_BOOK_PRESET=$(PRESET)) $(BIN)/python tools/execute.py $(or $(NB),$(CHAPTERS))
 
-train: setup
+train: setup ## train the chapter 10 model from the command line (PRESET=smoke|cpu|gpu, default cpu)
 	$(BIN)/python -m transformer_book train --preset $(or $(PRESET),cpu) --out runs/multi30k
 
-linkcheck: setup
+linkcheck: setup ## check external links (needs internet)
 	$(BIN)/jupyter-book build . --builder linkcheck
 
-clean:
+clean: ## remove _build/ and dist/
 	rm -rf _build dist

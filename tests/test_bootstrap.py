@@ -18,7 +18,6 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT / "tools"))
 import bootstrap  # noqa: E402  (tools/bootstrap.py)
-import version  # noqa: E402  (tools/version.py)
 
 NOTEBOOKS = sorted((REPO_ROOT / "chapters").glob("*.ipynb"))
 VERSION = bootstrap.read_version()
@@ -45,40 +44,6 @@ def test_only_chapter_10_asks_colab_for_a_gpu():
         assert (metadata.get("accelerator") == "GPU") == wants_gpu, path.name
         assert (metadata["colab"].get("gpuType") == "T4") == wants_gpu, path.name
         assert metadata["kernelspec"]["name"] == "python3", path.name
-
-
-def test_every_place_holds_one_version():
-    problems = version.mismatches(VERSION)
-    assert not problems, "versions differ (run `make bump VERSION=...`):\n" + "\n".join(problems)
-
-
-def test_version_check_rejects_a_tag_for_another_version():
-    ok = subprocess.run([sys.executable, "tools/version.py", "check", "--tag", f"v{VERSION}"], cwd=REPO_ROOT,
-                        capture_output=True, text=True)
-    assert ok.returncode == 0, ok.stderr
-    wrong = subprocess.run([sys.executable, "tools/version.py", "check", "--tag", "v0.0.0-not-this"], cwd=REPO_ROOT,
-                           capture_output=True, text=True)
-    assert wrong.returncode == 1
-    assert "does not name pyproject.toml's version" in wrong.stderr
-
-
-def test_bump_writes_every_place(tmp_path):
-    # A copy of the files that hold the version; bump's regeneration step is checked by the test above.
-    for rel in ["pyproject.toml", "src/transformer_book/__init__.py", *map(str, version.PAGES)]:
-        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / rel).write_text((REPO_ROOT / rel).read_text(encoding="utf-8"), encoding="utf-8")
-    (tmp_path / "chapters").mkdir()
-    (tmp_path / "tools").mkdir()
-    for tool in ("export.py", "bootstrap.py"):  # stand-ins: record that bump regenerates
-        (tmp_path / "tools" / tool).write_text(
-            "import pathlib; pathlib.Path(__file__).with_suffix('.ran').write_text('yes')\n", encoding="utf-8")
-    version.bump("9.9.9", root=tmp_path)
-    assert version.pyproject_version(tmp_path) == "9.9.9"
-    for page in version.PAGES:
-        assert set(version.PIN.findall((tmp_path / page).read_text(encoding="utf-8"))) == {"9.9.9"}, page
-    assert (tmp_path / "tools" / "export.ran").exists() and (tmp_path / "tools" / "bootstrap.ran").exists()
-    with pytest.raises(SystemExit, match="not a version"):
-        version.bump("latest", root=tmp_path)
 
 
 def _run_cell(tmp_path: Path, prelude: str = "", cell: str = CELL) -> subprocess.CompletedProcess:

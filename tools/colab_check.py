@@ -22,6 +22,11 @@ expects:
    too: both passes install a wheel that the same build backend made from the same tree, into the same lowest
    versions, so a second run would check nothing new (it cost 46 s).
 
+The lowest versions are read from pyproject.toml's lower bounds and installed with pip, not resolved by
+`uv pip install --resolution lowest-direct`: uv does not read pip's configuration, so it took PyTorch's CUDA
+build from PyPI (4.7 GB of nvidia-* packages, tried 2026-11-28) where pip takes the CPU wheel that this
+machine's pip configuration names; and the chapters' own first cell installs with pip under the same pins.
+
     python tools/colab_check.py [--dist dist] [--work _build/colab-check] [--pypi-chapters 01_rnn_limits.ipynb ...]
                                 [--git-chapters 10_training_on_gpu.ipynb ...]
 """

@@ -5,6 +5,10 @@ Usage: python tools/execute.py chapters/01_rnn_limits.ipynb [more notebooks...]
 Each notebook runs top to bottom in a fresh kernel whose working directory is the notebook's folder
 (as in Jupyter, nbval and Colab). Cell ids and tags are kept, so the export stays byte-stable.
 TRANSFORMER_BOOK_PRESET, when set in the environment, reaches the kernel unchanged.
+
+The run itself is nbclient's. `jupyter execute --inplace` (nbclient's command line) runs a notebook the same way
+but does not do the rest: it cannot empty nbclient's widget registry (a plain attribute, not an option), and it
+keeps tqdm's progress bars and the saved state of widgets that no output shows.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ be written again after a merge that brought a notebook from another branch (the 
     python tools/figure_alt.py           # write the alt texts that differ (all of chapters/)
     python tools/figure_alt.py --check   # change nothing; exit 1 when a notebook differs from the file
 
-Only the metadata changes: cell ids, sources and outputs keep their bytes (the writer is tools/nbval_tags.py's).
+Only the metadata changes: cell ids, sources and outputs keep their bytes (`serialize` writes the notebook as nbformat does).
 A cell id that the notebook no longer has is reported, and makes --check fail. tests/test_alt_text.py checks that
 every figure has alt text.
 """
@@ -20,11 +20,15 @@ import sys
 from pathlib import Path
 
 import yaml
-from nbval_tags import serialize
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CHAPTERS_DIR = REPO_ROOT / "chapters"
 ALT_FILE = Path(__file__).with_name("figure_alt.yml")
+
+
+def serialize(nb: dict) -> str:
+    """A notebook as nbformat writes it (one-space indent, sorted keys, UTF-8 text, final newline)."""
+    return json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
 
 
 def apply(text: str, alts: dict[str, str], name: str = "notebook") -> tuple[str, list[str], list[str]]:

@@ -12,7 +12,7 @@ What it does to every notebook page, at build time (the notebooks are never chan
 - Links every image of a page (a cell's figure, a glued figure) to the image file itself, so that on a phone a
   figure too small to read opens full size on tap (as Sphinx already does for images given a width).
 
-nbval's markers are cell tags, not comment lines (tools/nbval_tags.py), so they never reach the page either.
+nbval's markers are cell tags, not comment lines (tests/test_nbval_markers.py), so they never reach the page either.
 Loaded through `sphinx.local_extensions` in _config.yml; tests/test_sphinx_clean_cells.py and the browser test
 (no `#|` in any rendered code) check it.
 """

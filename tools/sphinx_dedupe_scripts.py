@@ -9,6 +9,9 @@ reports as "Identifier 'THEBE_JS_URL' has already been declared" on every page.
 
 This keeps the first of each (filename or '', priority, attributes) on every page. Loaded through
 `sphinx.local_extensions` in _config.yml.
+
+When to delete it: Sphinx 8.2 fixed the bug (sphinx-doc/sphinx#13402), but Jupyter Book 1 requires Sphinx 7.
+tests/test_sphinx_dedupe_scripts.py builds a page with the pinned Sphinx and fails once the bug is gone.
 """
 
 from __future__ import annotations
