@@ -10,8 +10,6 @@ import math
 import os
 import signal
 import sys
-import threading
-from contextlib import contextmanager
 from dataclasses import fields
 from pathlib import Path
 
@@ -20,10 +18,12 @@ import torch.distributed as dist
 from .. import __version__, data
 from .checkpoint import RunRecord, average_checkpoints, load_checkpoint
 from .distributed import start_distributed
-from .presets import AMP_CHOICES, DIRECTIONS, PRESETS, Preset, choose_preset, in_direction
+from .presets import AMP_CHOICES, DIRECTIONS, PRESETS, Preset, choose_preset
+from .presets import in_direction
 from .presets import pick_device, preset_differences
 from .loop import SAVE_EVERY_STEPS, train
 from .runfolder import existing, has_checkpoint, last_snapshots
+from .stopping import Terminated, sigterm_as_interrupt
 from .safefiles import read_record
 from .translate import Translator, evaluate
 
@@ -151,29 +151,9 @@ def _run_folder(out: str) -> Path:
     return path
 
 
-class _Terminated(KeyboardInterrupt):
-    """SIGTERM (`kill`, a batch scheduler or a notebook host ending the process), stopped as Ctrl-C stops."""
-
-
-@contextmanager
-def _sigterm_as_interrupt():
-    """Within: SIGTERM raises _Terminated, so that the run folder's lock is let go and main says where it stands.
-    While train's StopRequest holds SIGTERM, it stops at the end of an update, saves, then hands the signal here."""
-    def terminate(signum: int, frame: object) -> None:
-        raise _Terminated
-
-    main_thread = threading.current_thread() is threading.main_thread()  # only it may set a handler
-    previous = signal.signal(signal.SIGTERM, terminate) if main_thread else None
-    try:
-        yield
-    finally:
-        if main_thread:
-            signal.signal(signal.SIGTERM, previous or signal.SIG_DFL)  # None: set outside Python
-
-
 def _interrupted(args: argparse.Namespace, stop: KeyboardInterrupt) -> str:
     """The line main prints when Ctrl-C or SIGTERM stops a command: for train, what the next run starts from."""
-    what = "stopped by SIGTERM" if isinstance(stop, _Terminated) else "interrupted"
+    what = "stopped by SIGTERM" if isinstance(stop, Terminated) else "interrupted"
     if args.command != "train":
         return what
     saved = _saved(Path(args.out))
@@ -256,9 +236,11 @@ def _parser() -> argparse.ArgumentParser:
 def _decoding_options(p: argparse.ArgumentParser) -> None:
     """The options translate and evaluate share: how to decode, and which weights to average."""
     p.add_argument("--beam-size", type=_at_least_one, default=None, help=_BEAM_HELP)
-    p.add_argument("--length-penalty", type=_penalty, default=0.6, help="beam search's alpha; larger: longer output")
+    p.add_argument("--length-penalty", type=_penalty, default=0.6,
+                   help="beam search's alpha; larger: longer output")
     p.add_argument("--average", type=_at_least_one, default=None, metavar="N", help=_AVERAGE_HELP)
-    p.add_argument("--allow-fewer", action="store_true", help="with --average: average fewer than N if that is all")
+    p.add_argument("--allow-fewer", action="store_true",
+                   help="with --average: average fewer than N if that is all")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -270,13 +252,13 @@ def main(argv: list[str] | None = None) -> int:
     """
     args = _parser().parse_args(argv)
     try:
-        with _sigterm_as_interrupt():
+        with sigterm_as_interrupt():
             return _run(args)
-    except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM as _Terminated
+    except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM as Terminated
         if args.debug:
             raise
         print(_interrupted(args, stop), file=sys.stderr)
-        return 128 + (signal.SIGTERM if isinstance(stop, _Terminated) else signal.SIGINT)
+        return 128 + (signal.SIGTERM if isinstance(stop, Terminated) else signal.SIGINT)
     except (ValueError, TypeError, OSError, RuntimeError, ArithmeticError, MemoryError) as error:
         if args.debug:  # DataError is a RuntimeError, a NaN loss's FloatingPointError an ArithmeticError
             raise
@@ -314,11 +296,11 @@ def _train(args: argparse.Namespace) -> int:
                          f"{name}, or give another --out to train anew")
     if saved is not None and preset_differences(saved.preset, preset):
         saved = None  # train() refuses it, naming the differences
-    if saved is not None and (saved.train_state.epoch >= preset.epochs or saved.stopped == "time limit"):
+    if saved is not None and saved.is_complete():
         print(f"the run in {args.out} is complete ({saved.train_state.step} updates); nothing to train. "
               f"Translate with its best weights, or give another --out to train anew", file=sys.stderr)
         run = saved
-    elif saved is not None and args.max_steps is not None and saved.train_state.step >= args.max_steps:
+    elif saved is not None and saved.has_reached(args.max_steps):
         print(f"the run in {args.out} already has {saved.train_state.step} updates (--max-steps {args.max_steps} "
               f"asks for no more); nothing to train. Give a larger --max-steps, or leave it out to train the whole "
               f"budget", file=sys.stderr)

@@ -21,7 +21,8 @@ from tokenizers import Tokenizer
 
 from .. import data
 from ..hashing import sha256_bytes
-from .safefiles import ChangedDuringRead, lock_file, read_plain, read_record, read_verified
+from .safefiles import ChangedDuringRead, lock_file, read_plain, read_record
+from .safefiles import read_verified
 from .safefiles import seal, swap_in
 
 # %% ../../../chapters/10a_engineering_the_run.ipynb #10b00013
