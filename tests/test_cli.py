@@ -243,3 +243,11 @@ def test_a_closed_pipe_ends_quietly_with_status_0(tmp_path):
     child.stdout.close()
     assert child.wait(timeout=60) == 0
     assert child.stderr.read() == b""
+
+
+def test_an_out_inside_a_checkpoint_folder_is_refused_before_anything_is_written(run, capsys):
+    inner = run / "best" / "inner"  # the next save of best/ would delete it, and the run inside
+    before = sorted(p.relative_to(run) for p in run.rglob("*"))
+    assert cli.main(["train", "--preset", "smoke", "--out", str(inner)]) == 2
+    assert "inside the checkpoint folder" in capsys.readouterr().err
+    assert sorted(p.relative_to(run) for p in run.rglob("*")) == before  # nothing made, nothing changed

@@ -337,11 +337,19 @@ def average_checkpoints(paths: list[str | Path], device: torch.device | str = "c
     if not paths:
         raise ValueError("average_checkpoints needs at least one checkpoint folder; got none")
     models, saved = zip(*(load_checkpoint(p, device) for p in paths))
+    first_preset = saved[0].info.get("preset") or {}
     for path, checkpoint in zip(paths[1:], saved[1:]):
         if checkpoint.config != saved[0].config or checkpoint.tokenizer_sha256 != saved[0].tokenizer_sha256:
             raise ValueError(
                 f"{path} holds a model of another configuration or tokenizer than {paths[0]}; average only "
                 f"checkpoints of one run (for example its snapshots/ folder)"
+            )
+        # Same shapes and tokenizer, yet another run: the other direction, another arithmetic, another seed
+        preset = checkpoint.info.get("preset") or {}
+        if differ := sorted(k for k in first_preset.keys() & preset.keys() if first_preset[k] != preset[k]):
+            raise ValueError(
+                f"{path} comes from another run than {paths[0]} (their presets differ in {', '.join(differ)}); "
+                f"average only checkpoints of one run (for example its snapshots/ folder)"
             )
     states = [m.state_dict() for m in models]
     mean = {

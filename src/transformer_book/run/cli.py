@@ -23,7 +23,7 @@ from .presets import AMP_CHOICES, DIRECTIONS, PRESETS, Preset, choose_preset
 from .presets import in_direction
 from .presets import pick_device, preset_differences
 from .loop import SAVE_EVERY_STEPS, train
-from .runfolder import existing, has_checkpoint, last_snapshots
+from .runfolder import existing, has_checkpoint, last_snapshots, refuse_inside_a_checkpoint
 from .stopping import Terminated, sigterm_as_interrupt
 from .safefiles import read_record
 from .translate import Translator, evaluate
@@ -158,6 +158,7 @@ def _saved(out: Path) -> RunRecord | None:
 def _run_folder(out: str) -> Path:
     """The run folder, made if need be; refused, saying why, when it is a file or a checkpoint or cannot be made."""
     path = Path(out)
+    refuse_inside_a_checkpoint(path)  # before anything is made on disk
     if path.is_file() or (path / "checkpoint.json").exists():
         kind = "a file" if path.is_file() else "a checkpoint folder (it holds checkpoint.json)"
         raise ValueError(f"--out {out} is {kind}; name a folder for the run, for example runs/multi30k")
