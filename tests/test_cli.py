@@ -270,3 +270,13 @@ def test_ctrl_c_while_the_command_starts_prints_one_line_and_no_traceback(monkey
     monkeypatch.setattr(sys, "meta_path", [CtrlCDuringImport(), *sys.meta_path])
     assert entry.main() == 128 + signal.SIGINT
     assert capsys.readouterr().err == "interrupted\n"
+
+
+@pytest.mark.parametrize("lost", ["last/checkpoint.json", "tokenizer.json", "last"])
+def test_a_run_folder_that_lost_a_file_is_refused_and_left_as_it_is(run, capsys, lost):
+    # training there would start afresh and replace best/, the earlier run's best weights
+    shutil.rmtree(run / lost) if (run / lost).is_dir() else (run / lost).unlink()
+    before = {p.relative_to(run): p.stat().st_mtime_ns for p in run.rglob("*")}
+    err = _error(capsys, ["train", "--preset", "smoke", "--out", str(run)])
+    assert f"has lost {lost.rstrip('/') if lost != 'last' else 'last/'}" in err and "another --out" in err
+    assert {p.relative_to(run): p.stat().st_mtime_ns for p in run.rglob("*")} == before  # nothing written

@@ -4,8 +4,8 @@
 
 # %% auto #0
 __all__ = ['MAX_TOKENIZER_BYTES', 'COPY_EVERY_MINUTES', 'existing', 'has_checkpoint', 'snapshot_path', 'last_snapshots',
-           'prune_snapshots', 'repair_run_folder', 'refuse_inside_a_checkpoint', 'hold_run_folder', 'RunTokenizer',
-           'read_tokenizer', 'run_tokenizer', 'copy_run', 'RunCopier']
+           'prune_snapshots', 'repair_run_folder', 'refuse_inside_a_checkpoint', 'refuse_a_damaged_run_folder',
+           'hold_run_folder', 'RunTokenizer', 'read_tokenizer', 'run_tokenizer', 'copy_run', 'RunCopier']
 
 # %% ../../../chapters/10a_engineering_the_run.ipynb #10b00004
 import os
@@ -113,6 +113,26 @@ def refuse_inside_a_checkpoint(out: Path) -> None:
                              f"with all it holds; give an output folder outside it")
 
 
+def refuse_a_damaged_run_folder(out: Path) -> None:
+    """Refuse a run folder that lost a file its run needs: training there would start afresh and replace best/.
+
+    Whole is either a new folder (no last/, no best/, no snapshots/) or one whose last/ (or last.old/, the same
+    checkpoint mid-save) holds checkpoint.json beside the run's tokenizer.json.
+    """
+    last = existing(out / "last")
+    if last.exists():
+        missing = [f"{last.name}/checkpoint.json"] if not (last / "checkpoint.json").exists() else []
+        missing += [] if (out / "tokenizer.json").exists() else ["tokenizer.json"]
+    else:
+        missing = ["last/"] if any(existing(out / name).exists() for name in ("best", "snapshots")) else []
+    if missing:
+        raise ValueError(
+            f"{out} has lost {' and '.join(missing)}, so training there would start afresh over its best/ weights; "
+            f"put it back (tokenizer.json is also in every checkpoint folder; a copy on Google Drive, train's "
+            f"copy_to, has all), or give another --out to train anew"
+        )
+
+
 @contextmanager
 def hold_run_folder(out: Path) -> Iterator[None]:
     """Hold an exclusive lock on a run folder while training in it: a second training there fails at once.
@@ -120,6 +140,7 @@ def hold_run_folder(out: Path) -> Iterator[None]:
     The lock file `.lock` holds the trainer's process id; it is opened without following a link.
     """
     refuse_inside_a_checkpoint(out)
+    refuse_a_damaged_run_folder(out)  # before the lock file is written: a refused command changes nothing
     with ExitStack() as held:
         try:
             fd = held.enter_context(lock_file(out / ".lock", wait=False))
