@@ -280,3 +280,11 @@ def test_a_run_folder_that_lost_a_file_is_refused_and_left_as_it_is(run, capsys,
     err = _error(capsys, ["train", "--preset", "smoke", "--out", str(run)])
     assert f"has lost {lost.rstrip('/') if lost != 'last' else 'last/'}" in err and "another --out" in err
     assert {p.relative_to(run): p.stat().st_mtime_ns for p in run.rglob("*")} == before  # nothing written
+
+
+@pytest.mark.parametrize("option", [["--amp", "off"], ["--direction", "en-de"]])
+def test_a_run_of_other_settings_is_refused_before_the_folder_is_touched(run, capsys, option):
+    before = {p.relative_to(run): p.stat().st_mtime_ns for p in run.rglob("*")}
+    err = _error(capsys, ["train", "--preset", "smoke", "--out", str(run), *option])
+    assert "with other settings" in err and option[0].removeprefix("--") in err
+    assert {p.relative_to(run): p.stat().st_mtime_ns for p in run.rglob("*")} == before  # no lock file, no repair

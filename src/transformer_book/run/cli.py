@@ -350,8 +350,10 @@ def _train(args: argparse.Namespace) -> int:
     if saved is not None and (name := saved.preset.get("name", preset.name)) != preset.name:
         raise ValueError(f"{args.out} holds a run of preset {name!r}, not {preset.name!r}: resume it with --preset "
                          f"{name}, or give another --out to train anew")
-    if saved is not None and preset_differences(saved.preset, preset):
-        saved = None  # train() refuses it, naming the differences
+    if saved is not None and (differences := preset_differences(saved.preset, preset)):
+        # refused here, before train() takes the folder's lock and tidies it: a refused command changes nothing
+        raise ValueError(f"{args.out} holds a run of preset {name!r} with other settings ({differences}); "
+                         f"resume it with the same options, or give another --out to train anew")
     if saved is not None and saved.is_complete():
         print(f"the run in {args.out} is complete ({saved.train_state.step} updates); nothing to train. "
               f"Translate with its best weights, or give another --out to train anew", file=sys.stderr)
