@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import read_info, write_info
 
 from transformer_book import data
 from transformer_book.model import Transformer
@@ -288,3 +289,26 @@ def test_a_run_of_other_settings_is_refused_before_the_folder_is_touched(run, ca
     err = _error(capsys, ["train", "--preset", "smoke", "--out", str(run), *option])
     assert "with other settings" in err and option[0].removeprefix("--") in err
     assert {p.relative_to(run): p.stat().st_mtime_ns for p in run.rglob("*")} == before  # no lock file, no repair
+
+
+@pytest.mark.parametrize("edit", [
+    {"train_state": {"step": 10**19}},  # beyond any run, and beyond a 64-bit integer
+    {"preset": {"beam_size": 1_000_000}},
+    {"preset": {"unknown_field": 1}},
+    {"preset": {"dropout": "0.1"}},
+])
+def test_a_record_edited_beyond_what_train_writes_is_refused_by_field(run, capsys, edit):
+    info = read_info(run / "last")
+    for key, fields_edited in edit.items():
+        info[key] = info[key] | fields_edited
+    write_info(run / "last", info)  # resealed, as an editor would
+    err = _error(capsys, ["train", "--preset", "smoke", "--out", str(run)])
+    assert next(iter(next(iter(edit.values())))) in err  # the field, by name
+
+
+def test_a_record_without_a_preset_translates_with_the_default_beam(run, capsys):
+    info = read_info(run / "best")
+    info["preset"] = None
+    write_info(run / "best", info)  # a weights-only checkpoint needs no preset: it was a traceback
+    assert cli.main(["translate", "--checkpoint", str(run / "best"), "ein hund"]) == 0
+    assert capsys.readouterr().out.count("\n") == 1

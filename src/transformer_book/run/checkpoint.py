@@ -3,7 +3,7 @@
 (chapter 10's companion)."""
 
 # %% auto #0
-__all__ = ['REQUIRED_KEYS', 'RunRecord', 'save_checkpoint', 'random_state', 'Checkpoint', 'load_checkpoint', 'load_optimizer_state', 'average_checkpoints']
+__all__ = ['MAX_RECORDED_INT', 'REQUIRED_KEYS', 'RunRecord', 'save_checkpoint', 'random_state', 'Checkpoint', 'load_checkpoint', 'load_optimizer_state', 'average_checkpoints']
 
 # %% ../../../chapters/10a_engineering_the_run.ipynb #10b00005
 import shutil
@@ -11,6 +11,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
+from typing import get_args
 
 import torch
 from safetensors import SafetensorError
@@ -20,6 +21,7 @@ from tokenizers import Tokenizer
 from ..checks import check_int
 from ..hashing import file_sha256
 from ..model import Transformer, TransformerConfig
+from .presets import Preset
 from .runfolder import existing, read_tokenizer
 from .safefiles import ChangedDuringRead, lock_file, read_record, read_verified
 from .safefiles import seal, swap_in
@@ -87,11 +89,32 @@ class RunRecord:
         kinds = {"preset": dict, "history": list, "device": str, "amp": str, "scaler": (dict, type(None)),
                  "stopped": (str, type(None)), "scored_partial": bool}
         wrong = [name for name, kind in kinds.items() if not isinstance(getattr(record, name), kind)]
+        if not wrong and (odd := _preset_problems(record.preset)):
+            raise ValueError(f"{folder}/checkpoint.json: its preset has fields train() does not write "
+                             f"({', '.join(odd)[:200]}); move the folder away to start afresh")
         if wrong or not all(isinstance(entry, dict) and type(entry.get("val_bleu", 0.0)) in (int, float)
                             for entry in record.history):
             raise ValueError(f"{folder}/checkpoint.json holds fields of the wrong type ({wrong or 'history'}): "
                              f"train() did not write it; move it away to start afresh")
         return record
+
+
+MAX_RECORDED_INT = 2**53  # the largest whole number a JSON reader keeps exactly; no count of a run comes near
+
+
+def _preset_problems(values: dict) -> list[str]:
+    """The fields of a recorded preset that train() could not have written: unknown names, values of the wrong
+    type, numbers below 0 or above MAX_RECORDED_INT. A field the record lacks counts as its default."""
+    kinds = {f.name: f.type for f in fields(Preset)}
+    problems = [f"{name} (unknown)" for name in sorted(set(values) - set(kinds))]
+    for name, value in values.items():
+        allowed = get_args(kinds.get(name)) or (kinds.get(name),)
+        if name not in kinds or (value is None and type(None) in allowed):
+            continue
+        number = float(value) if float in allowed and type(value) is int else value
+        if type(number) not in allowed or (type(number) in (int, float) and not 0 <= number <= MAX_RECORDED_INT):
+            problems.append(f"{name}={value!r}"[:60])
+    return problems
 
 
 def _train_state(values: dict, folder: Path | str) -> TrainState:
@@ -100,7 +123,7 @@ def _train_state(values: dict, folder: Path | str) -> TrainState:
     wrong = sorted(set(values) - set(kinds)) if isinstance(values, dict) else ["train_state"]
     for name, value in values.items() if not wrong else ():
         if kinds[name] in (int, "int"):
-            ok = type(value) is int and value >= 0
+            ok = type(value) is int and 0 <= value <= MAX_RECORDED_INT
         elif kinds[name] in (float, "float"):
             ok = type(value) in (int, float)
         else:  # the losses

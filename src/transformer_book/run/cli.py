@@ -110,7 +110,7 @@ def _translator(checkpoint: str, average: int | None, allow_fewer: bool) -> tupl
                              f"give a smaller N, or add --allow-fewer to average the {len(snapshots)} there are")
         model, saved = average_checkpoints(snapshots, device)
         print(f"averaged {len(snapshots)} snapshots: {', '.join(p.name for p in snapshots)}", file=sys.stderr)
-    beam_size = saved.info.get("preset", {}).get("beam_size", _DEFAULT_BEAM)
+    beam_size = (saved.info.get("preset") or {}).get("beam_size", _DEFAULT_BEAM)
     return Translator.from_loaded(model, saved, device), beam_size
 
 
