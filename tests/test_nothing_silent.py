@@ -217,6 +217,8 @@ def test_ctrl_c_exits_130_with_one_line_saying_the_run_resumes(saved, monkeypatc
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
+    info = read_info(saved)
+    write_info(saved, info | {"preset": dataclasses.asdict(PRESETS["smoke"])})  # the preset the command resumes
     monkeypatch.setattr(cli, "train", interrupted)
     assert cli.main(["train", "--preset", "smoke", "--out", str(tmp_path / "run")]) == 130  # saved: run/last
     err = capsys.readouterr().err
