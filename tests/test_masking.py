@@ -470,7 +470,7 @@ def test_bert_pair_input_rejects_bad_input():
         bert_pair_input([a, torch.tensor([PAD_ID, 5])], [b, b], **ids)
     with pytest.raises(ValueError, match=r"first\[0\] must be a non-empty 1-D tensor of token ids; got \(0,\)"):
         bert_pair_input([torch.tensor([], dtype=torch.long)], [b], **ids)
-    with pytest.raises(ValueError, match=r"second\[0\] .* got list"):
+    with pytest.raises(TypeError, match=r"second\[0\] must be a non-empty 1-D tensor .* of type list"):
         bert_pair_input([a], [[7]], **ids)
     with pytest.raises(TypeError, match=r"second\[0\] must hold integer token ids.*torch.float32"):
         bert_pair_input([a], [torch.tensor([7.0])], **ids)

@@ -197,9 +197,9 @@ def test_loss_is_float32_under_bfloat16_logits():
 @pytest.mark.parametrize(
     ("kwargs", "error", "match"),
     [
-        ({"smoothing": 1.0}, ValueError, r"smoothing must be in \[0, 1\).*got 1.0"),
-        ({"smoothing": -0.1}, ValueError, r"smoothing must be in \[0, 1\)"),
-        ({"smoothing": "0.1"}, TypeError, "smoothing must be a float"),
+        ({"smoothing": 1.0}, ValueError, r"smoothing must be a number in \[0, 1\) \(the paper uses 0.1\); got 1.0"),
+        ({"smoothing": -0.1}, ValueError, r"smoothing must be a number in \[0, 1\)"),
+        ({"smoothing": "0.1"}, TypeError, "smoothing must be a number.*of type str"),
         ({"convention": "paper"}, ValueError, "convention must be 'uniform'.*'others'.*got 'paper'"),
     ],
 )
@@ -236,10 +236,10 @@ def test_noam_rate_values_and_peak():
 
 @pytest.mark.parametrize("warmup", [0, -5])
 def test_warmup_steps_below_one_raise(warmup):
-    with pytest.raises(ValueError, match=f"warmup_steps must be at least 1; got {warmup}"):
+    with pytest.raises(ValueError, match=f"warmup_steps must be an int >= 1; got {warmup}"):
         noam_rate(10, 512, warmup)
     optimizer = make_optimizer(nn.Linear(2, 2))
-    with pytest.raises(ValueError, match="warmup_steps must be at least 1"):
+    with pytest.raises(ValueError, match="warmup_steps must be an int >= 1"):
         WarmupSchedule(optimizer, 512, warmup)
 
 

@@ -12,10 +12,10 @@ from torch import Tensor, nn
 from .checks import check_mask
 
 # %% auto #0
-__all__ = ['scaled_dot_product_attention']
+__all__ = ['check_attention_inputs', 'scaled_dot_product_attention']
 
 # %% ../../chapters/02_attention.ipynb #4ab55d3b
-def _check_inputs(query: Tensor, key: Tensor, value: Tensor, dropout: nn.Module | None) -> None:
+def check_attention_inputs(query: Tensor, key: Tensor, value: Tensor, dropout: nn.Module | None = None) -> None:
     """Raise ValueError/TypeError, naming what was seen, when the inputs cannot be attended together."""
     for name, tensor in (("query", query), ("key", key), ("value", value)):
         if not isinstance(tensor, Tensor):
@@ -68,7 +68,7 @@ def scaled_dot_product_attention(
     Returns the output (..., L_q, d_v) and the attention weights (..., L_q, L_k).
     A row whose keys are all masked gets zero weights (and a zero output) instead of NaN.
     """
-    _check_inputs(query, key, value, dropout)
+    check_attention_inputs(query, key, value, dropout)
     d_k = query.size(-1)
     scores = query @ key.transpose(-2, -1) / math.sqrt(d_k)  # Q K^T / sqrt(d_k): (..., L_q, L_k)
     if mask is not None:

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 import torch
 from torch import Tensor
 
-from .checks import check_token_ids
+from .checks import check_number, check_token_ids
 from .lm import IGNORE_INDEX
 
 # %% ../../chapters/11_one_stack.ipynb #82761a10
@@ -30,8 +30,7 @@ def mask_tokens(
     labels hold the original ids at the chosen positions and IGNORE_INDEX elsewhere.
     """
     check_token_ids("tokens", tokens)
-    if isinstance(mask_prob, bool) or not isinstance(mask_prob, (int, float)) or not 0.0 < mask_prob < 1.0:
-        raise ValueError(f"mask_prob must be in (0, 1); got {mask_prob!r} (BERT uses {MASK_PROB})")
+    check_number("mask_prob", mask_prob, above=0, below=1, hint=f"BERT uses {MASK_PROB}")
     special = torch.tensor(sorted({*special_ids, mask_id}), device=tokens.device)
     normal_ids = torch.arange(vocab_size, device=tokens.device)
     normal_ids = normal_ids[~torch.isin(normal_ids, special)]  # what a random replacement may be

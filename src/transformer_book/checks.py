@@ -6,9 +6,10 @@ message names what it saw and how to fix it. The later chapters call these funct
 """
 
 # %% auto #0
-__all__ = ['TOKEN_ID_DTYPES', 'check_int', 'check_probability', 'check_choice', 'check_heads', 'id_range', 'check_token_ids', 'check_mask']
+__all__ = ['TOKEN_ID_DTYPES', 'check_type', 'check_bool', 'check_int', 'check_number', 'check_probability', 'check_even', 'check_choice', 'check_heads', 'id_range', 'check_token_ids', 'check_mask']
 
 # %% ../../chapters/01_rnn_limits.ipynb #ba211340
+import math
 from collections.abc import Sequence
 
 import torch
@@ -17,22 +18,79 @@ from torch import Tensor
 TOKEN_ID_DTYPES = (torch.int64, torch.int32)  # what nn.Embedding accepts
 
 
-def check_int(name: str, value: object, minimum: int = 1) -> int:
-    """Return `value` if it is an int (a bool is not) of at least `minimum`."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int; got {value!r} of type {type(value).__name__}")
-    if value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}; got {value}")
+def _fix(hint: str) -> str:
+    return f" ({hint})" if hint else ""
+
+
+def check_type(name: str, value: object, types: type | tuple[type, ...], what: str, hint: str = "") -> object:
+    """Return `value` if it is an instance of `types` (a type or a tuple of types); `what` names them in words."""
+    if not isinstance(value, types):
+        shown = " ".join(repr(value).split())[:80]  # a tensor's repr spans lines
+        raise TypeError(f"{name} must be {what}{_fix(hint)}; got {shown} of type {type(value).__name__}")
     return value
 
 
-def check_probability(name: str, value: object) -> float:
-    """Return `value` if it is a number p with 0 <= p < 1, such as a dropout rate."""
+def check_bool(name: str, value: object) -> bool:
+    """Return `value` if it is True or False (1, 0 and "yes" are not)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False; got {value!r}")
+    return value
+
+
+def check_int(name: str, value: object, minimum: int | None = 1, maximum: int | None = None, hint: str = "") -> int:
+    """Return `value` if it is an int (a bool is not) from `minimum` to `maximum` (None: no bound that side)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int{_fix(hint)}; got {value!r} of type {type(value).__name__}")
+    if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+        bounds = f">= {minimum}" if maximum is None else f"<= {maximum}" if minimum is None else (
+            f"from {minimum} to {maximum}")
+        raise ValueError(f"{name} must be an int {bounds}{_fix(hint)}; got {value}")
+    return value
+
+
+def _bounds(above: float | None, at_least: float | None, below: float | None, at_most: float | None) -> str:
+    """The bounds in words: "> 0", ">= 0", "in (0, 1]", or "" for none."""
+    low = ("(", above) if above is not None else ("[", at_least) if at_least is not None else None
+    high = (")", below) if below is not None else ("]", at_most) if at_most is not None else None
+    if low and high:
+        return f"in {low[0]}{low[1]}, {high[1]}{high[0]}"
+    if low:
+        return f"{'>' if low[0] == '(' else '>='} {low[1]}"
+    return f"{'<' if high[0] == ')' else '<='} {high[1]}" if high else ""
+
+
+def check_number(
+    name: str, value: object, *, above: float | None = None, at_least: float | None = None,
+    below: float | None = None, at_most: float | None = None, hint: str = "",
+) -> float:
+    """Return `value` as a float if it is a finite int or float (a bool is not) within the bounds given.
+
+    above / below are strict bounds (>, <), at_least / at_most inclusive ones (>=, <=); give at most one per side.
+    """
+    bounds = _bounds(above, at_least, below, at_most)
+    what = f"a number {bounds}" if "," in bounds else f"a finite number {bounds}".rstrip()
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a float in [0, 1); got {value!r} of type {type(value).__name__}")
-    if not 0.0 <= value < 1.0:  # NaN fails too
-        raise ValueError(f"{name} must be in [0, 1); got {value} (0.0 switches it off)")
+        raise TypeError(f"{name} must be {what}{_fix(hint)}; got {value!r} of type {type(value).__name__}")
+    finite = isinstance(value, int) or math.isfinite(value)  # an int always is; math.isfinite overflows on 10**400
+    inside = ((above is None or value > above) and (at_least is None or value >= at_least)
+              and (below is None or value < below) and (at_most is None or value <= at_most))
+    if not (finite and inside):  # NaN fails every bound
+        raise ValueError(f"{name} must be {what}{_fix(hint)}; got {value}")
     return float(value)
+
+
+def check_probability(name: str, value: object, hint: str = "0.0 switches it off") -> float:
+    """Return `value` if it is a number p with 0 <= p < 1, such as a dropout rate."""
+    return check_number(name, value, at_least=0, below=1, hint=hint)
+
+
+def check_even(name: str, value: object, why: str, hint: str = "") -> int:
+    """Return `value` if it is an even int >= 2; `why` says what needs it even, `hint` what to change."""
+    check_int(name, value)
+    if value % 2 != 0:
+        fix = hint or f"use an even size such as {value + 1}"
+        raise ValueError(f"{name} must be even, because {why}; got {value}; {fix}")
+    return value
 
 
 def check_choice(name: str, value: object, choices: Sequence[str]) -> str:

@@ -118,9 +118,8 @@ def decode(tokenizer: Tokenizer, ids: Sequence[int] | torch.Tensor) -> str:
             raise ValueError(f"ids must be a 1-D tensor (T,); got shape {tuple(ids.shape)}")
         ids = ids.tolist()
     ids, size = list(ids), tokenizer.get_vocab_size()
-    if bad := [i for i in ids if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < size]:
-        raise ValueError(f"ids holds {bad[0]!r}, not a token id of this tokenizer (0 to {size - 1}); decode ids "
-                         f"that a model with this tokenizer produced")
+    for i, token in enumerate(ids):  # a token id of this tokenizer
+        check_int(f"ids[{i}]", token, minimum=0, maximum=size - 1, hint="decode ids its model produced")
     return tokenizer.decode(ids, skip_special_tokens=True)
 
 # %% ../../chapters/09_translation_data.ipynb #01473617

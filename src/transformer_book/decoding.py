@@ -3,7 +3,7 @@
 
 # %% auto #0
 __all__ = ['GNMT_LENGTH_OFFSET', 'MAX_NGRAM_ORDER', 'greedy_decode', 'gnmt_length_penalty', 'hypothesis_score', 'beam_search',
-           'corpus_bleu']
+           'ngrams', 'corpus_bleu']
 
 # %% ../../chapters/08_decoding.ipynb #60f8c117
 import math
@@ -14,7 +14,7 @@ from contextlib import contextmanager
 import torch
 from torch import Tensor, nn
 
-from .checks import check_int, check_token_ids
+from .checks import check_int, check_number, check_token_ids
 from .kvcache import new_cache
 from .masking import padding_mask
 
@@ -43,10 +43,7 @@ def _check_decoding_inputs(
     check_int("bos_id", bos_id, minimum=0)
     if bos_id >= config.tgt_vocab_size:
         raise ValueError(f"bos_id must be a target token id, 0 .. {config.tgt_vocab_size - 1}; got {bos_id}")
-    if isinstance(eos_id, bool) or not isinstance(eos_id, int):
-        raise TypeError(
-            f"eos_id must be an int (one the model never produces, such as -1, never stops); got {eos_id!r}"
-        )
+    check_int("eos_id", eos_id, minimum=None, hint="one the model never produces, such as -1, never stops")
     if limits is None:
         return
     if not isinstance(limits, Tensor) or limits.dtype.is_floating_point or limits.dtype == torch.bool:
@@ -60,14 +57,8 @@ def _check_decoding_inputs(
 
 def _check_beam_settings(beam_size: int, length_penalty: float) -> None:
     """Raise a clear error for a beam size or length penalty that beam_search cannot use."""
-    if isinstance(beam_size, bool) or not isinstance(beam_size, int):
-        raise TypeError(f"beam_size must be an int >= 1 (1 is greedy decoding); got {beam_size!r}")
-    if beam_size < 1:
-        raise ValueError(f"beam_size must be an int >= 1 (1 is greedy decoding); got {beam_size}")
-    if isinstance(length_penalty, bool) or not isinstance(length_penalty, (int, float)):
-        raise TypeError(f"length_penalty (alpha) must be a number >= 0 (the paper: 0.6); got {length_penalty!r}")
-    if not length_penalty >= 0:  # also rejects NaN
-        raise ValueError(f"length_penalty (alpha) must be a number >= 0 (the paper: 0.6); got {length_penalty}")
+    check_int("beam_size", beam_size, hint="1 is greedy decoding")
+    check_number("length_penalty (alpha)", length_penalty, at_least=0, hint="the paper: 0.6")
 
 # %% ../../chapters/08_decoding.ipynb #6e9b051f
 @contextmanager
@@ -241,7 +232,7 @@ def beam_search(
     return chosen
 
 # %% ../../chapters/08_decoding.ipynb #ee652856
-def _ngrams(tokens: Sequence[str], n: int) -> Counter:
+def ngrams(tokens: Sequence[str], n: int) -> Counter:
     """Count the n-grams (tuples of n consecutive tokens) of a token list."""
     return Counter(tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1))
 
@@ -276,7 +267,7 @@ def corpus_bleu(hypotheses: Sequence[str], references: Sequence[str], max_n: int
         hyp_tokens, ref_tokens = hyp.split(), ref.split()
         hyp_len, ref_len = hyp_len + len(hyp_tokens), ref_len + len(ref_tokens)
         for n in range(1, max_n + 1):
-            hyp_counts, ref_counts = _ngrams(hyp_tokens, n), _ngrams(ref_tokens, n)
+            hyp_counts, ref_counts = ngrams(hyp_tokens, n), ngrams(ref_tokens, n)
             matches[n - 1] += sum(min(c, ref_counts[g]) for g, c in hyp_counts.items())  # clipped counts
             totals[n - 1] += max(len(hyp_tokens) - n + 1, 0)
     if hyp_len == 0 or min(matches) == 0:

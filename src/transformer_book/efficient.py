@@ -11,12 +11,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .attention import _check_inputs, scaled_dot_product_attention
+from .attention import check_attention_inputs, scaled_dot_product_attention
 from .checks import check_heads, check_int, check_mask, check_probability
 from .kvcache import KVCache
 from .masking import causal_mask
-from .multihead import _check_inputs as _check_layer_inputs
-from .multihead import _check_mask as _check_layer_mask
+from .multihead import check_layer_inputs, check_layer_mask
 
 # %% auto #0
 __all__ = ['blockwise_attention', 'window_mask', 'sliding_window_attention', 'elu_feature_map', 'linear_attention',
@@ -37,7 +36,7 @@ def blockwise_attention(
     scaled_dot_product_attention (without dropout). mask: boolean, True = may attend, broadcastable to
     (..., L_q, L_k). causal=True lets query i attend to keys j <= i (needs L_q == L_k).
     """
-    _check_inputs(query, key, value, None)
+    check_attention_inputs(query, key, value)
     block_size = check_int("block_size", block_size)
     length_q, length_k = query.size(-2), key.size(-2)
     if causal and length_q != length_k:
@@ -100,7 +99,7 @@ def sliding_window_attention(
     query (..., T, d_k), key (..., T, d_k), value (..., T, d_v) -> (..., T, d_v). Equal to chapter 2's
     attention under window_mask(T, window, causal); only the band of scores is computed, chunk by chunk.
     """
-    _check_inputs(query, key, value, None)
+    check_attention_inputs(query, key, value)
     window = check_int("window", window)
     length = query.size(-2)
     if key.size(-2) != length:
@@ -152,7 +151,7 @@ def linear_attention(
     return positive features. Not causal: O(L d_k d_v) through S = phi(K)^T V. causal=True (L_q == L_k):
     the (T, T) table of similarities under chapter 5's causal mask, the reference for the recurrent form.
     """
-    _check_inputs(query, key, value, None)
+    check_attention_inputs(query, key, value)
     _check_feature_map(feature_map)
     phi_q, phi_k = feature_map(query), feature_map(key)  # (..., L_q, d_k), (..., L_k, d_k)
     if causal:
@@ -173,7 +172,7 @@ def linear_attention_recurrent(
 
     query, key (..., T, d_k), value (..., T, d_v) -> (..., T, d_v); equal to linear_attention(causal=True).
     """
-    _check_inputs(query, key, value, None)
+    check_attention_inputs(query, key, value)
     if query.size(-2) != key.size(-2):
         raise ValueError(
             f"the recurrent form is causal self-attention: L_q == L_k needed; got {query.size(-2)} and "
@@ -247,7 +246,7 @@ class GroupedQueryAttention(nn.Module):
         mask: boolean, True = may attend, broadcastable to (B, H, L_q, L_k). need_weights=True also returns
         the weights (B, H, L_q, L_k). cache: chapter 8's KVCache, holding (B, H_kv, T_seen, D_h).
         """
-        _check_layer_inputs(self, query, key, value)  # chapter 3's check of the shapes
+        check_layer_inputs(self, query, key, value)  # chapter 3's check of the shapes
         q = self.split_heads(self.q_proj(query), self.num_heads)  # (B, H, L_q, D_h)
         if cache is not None and cache.static and cache.key is not None:
             k, v = cache.key, cache.value  # (B, H_kv, L_k, D_h), projected at the first step
@@ -258,7 +257,7 @@ class GroupedQueryAttention(nn.Module):
                 k = torch.cat([cache.key, k], dim=2)  # (B, H_kv, L_seen + L_new, D_h)
                 v = torch.cat([cache.value, v], dim=2)
         if mask is not None:
-            _check_layer_mask(self, mask, q, k)  # chapter 3's check against (B, H, L_q, L_k)
+            check_layer_mask(self, mask, q, k)  # chapter 3's check against (B, H, L_q, L_k)
         if cache is not None:
             cache.key, cache.value = k, v  # H_kv heads only: the saving
         if need_weights:

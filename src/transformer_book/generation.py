@@ -9,7 +9,7 @@ __all__ = ['top_k_filter', 'top_p_filter', 'sample_next', 'generate']
 import torch
 from torch import Tensor
 
-from .checks import check_int, check_token_ids
+from .checks import check_int, check_number, check_token_ids
 from .lm import TransformerStack
 
 # %% ../../chapters/11_one_stack.ipynb #058af52b
@@ -22,8 +22,7 @@ def top_k_filter(logits: Tensor, k: int) -> Tensor:
 
 
 def _check_top_p(p: float) -> None:
-    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 < p <= 1.0:
-        raise ValueError(f"top_p must be a probability in (0, 1]; got {p!r}; 1.0 keeps every token")
+    check_number("top_p", p, above=0, at_most=1, hint="1.0 keeps every token")
 
 
 def top_p_filter(logits: Tensor, p: float) -> Tensor:
@@ -51,9 +50,7 @@ def sample_next(
 
     top_k and top_p filter the distribution first (after the temperature); temperature=0 is greedy decoding.
     """
-    # NaN too
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature >= 0:
-        raise ValueError(f"temperature must be a number >= 0 (0: greedy); got {temperature!r}")
+    check_number("temperature", temperature, at_least=0, hint="0: greedy")
     if logits.dim() != 2:
         raise ValueError(f"logits must have shape (B, vocab_size); got {tuple(logits.shape)}")
     if top_k is not None:

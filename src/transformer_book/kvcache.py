@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
-from .multihead import MultiHeadAttention, _check_inputs
+from .multihead import MultiHeadAttention, check_layer_inputs
 
 # %% ../../chapters/08_decoding.ipynb #49e896e3
 @dataclass
@@ -45,7 +45,7 @@ class KVCache:
         query, key and value (B, L_new, D) hold the new positions (a static cache reads key and value at its
         first call only); L_k in the mask counts the cached positions too. Returns (B, L_new, D), as the layer.
         """
-        _check_inputs(layer, query, key, value)  # chapter 3's checks
+        check_layer_inputs(layer, query, key, value)  # chapter 3's checks
         q = layer.split_heads(layer.q_proj(query))  # Q W^Q, new positions only: (B, H, L_new, D_h)
         k, v = self._keys_and_values(layer, key, value)  # (B, H, L_k, D_h) each
         result = layer.attend(q, k, v, mask, need_weights)  # chapter 3's steps 2 and 3; they check the mask

@@ -11,9 +11,10 @@ import math
 import torch
 from torch import Tensor, nn
 
+from .checks import check_even
 from .kvcache import KVCache
 from .model import LAYER_NORM_EPS, FeedForward
-from .multihead import MultiHeadAttention, _check_inputs
+from .multihead import MultiHeadAttention, check_layer_inputs
 from .positional import PE_BASE, apply_rotary
 
 # %% ../../chapters/11_one_stack.ipynb #6c92c4f5
@@ -81,11 +82,8 @@ class RotaryMultiHeadAttention(MultiHeadAttention):
     def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0, bias: bool = True,
                  base: float = PE_BASE):
         super().__init__(d_model, num_heads, dropout, bias)
-        if self.d_head % 2 != 0:
-            raise ValueError(
-                f"rotary positions rotate pairs of features, so the head size d_model / num_heads must be even; "
-                f"got {d_model} / {num_heads} = {self.d_head}; change num_heads or d_model"
-            )
+        check_even(f"the head size d_model / num_heads = {d_model} / {num_heads}", self.d_head,
+                   "rotary positions rotate pairs of features", hint="change num_heads or d_model")
         self.base = base
 
     def forward(
@@ -94,7 +92,7 @@ class RotaryMultiHeadAttention(MultiHeadAttention):
     ) -> Tensor | tuple[Tensor, Tensor]:
         """Self-attention of x (B, T, D) (query, key and value of one sequence) -> (B, T, D),
         as MultiHeadAttention."""
-        _check_inputs(self, query, key, value)  # chapter 3's checks
+        check_layer_inputs(self, query, key, value)  # chapter 3's checks
         if query.size(1) != key.size(1) or (cache is not None and cache.static):
             raise ValueError("rotary attention here is self-attention: query and key must be one sequence "
                              f"(got lengths {query.size(1)} and {key.size(1)}), and the cache not static")

@@ -16,8 +16,8 @@ from functools import partial
 import torch
 from torch import Tensor, nn
 
-from .checks import check_choice, check_heads, check_int, check_probability, check_token_ids
-from .checks import id_range
+from .checks import check_bool, check_choice, check_even, check_heads, check_int, check_probability
+from .checks import check_token_ids, id_range
 from .kvcache import KVCache
 from .layers import GELUFeedForward, RMSNorm, RotaryMultiHeadAttention, SwiGLU
 from .masking import causal_mask, padding_mask
@@ -110,20 +110,15 @@ class StackConfig:
         check_choice("norm", self.norm, NORMS)
         check_choice("feed_forward", self.feed_forward, FEED_FORWARDS)
         check_choice("positions", self.positions, POSITIONS)
-        if self.positions == "sinusoidal" and self.d_model % 2 != 0:
-            raise ValueError(
-                f"the sinusoidal encoding needs an even d_model (sine, cosine pairs); got {self.d_model}"
-            )
-        head_size = self.d_model // self.num_heads
-        if self.positions == "rotary" and head_size % 2 != 0:
-            raise ValueError(
-                f"rotary positions rotate pairs of features, so the head size d_model / num_heads must be even; "
-                f"got {self.d_model} / {self.num_heads} = {head_size}; change num_heads or d_model"
-            )
+        if self.positions == "sinusoidal":
+            check_even("d_model", self.d_model, "the sinusoidal encoding pairs sines and cosines")
+        if self.positions == "rotary":
+            head_size = self.d_model // self.num_heads
+            check_even(f"the head size d_model / num_heads = {self.d_model} / {self.num_heads}", head_size,
+                       "rotary positions rotate pairs of features", hint="change num_heads or d_model")
         check_probability("dropout", self.dropout)
         for name in ("causal", "norm_first"):
-            if not isinstance(getattr(self, name), bool):
-                raise TypeError(f"{name} must be True or False; got {getattr(self, name)!r}")
+            check_bool(name, getattr(self, name))
         if self.pad_id >= self.vocab_size:
             raise ValueError(
                 f"pad_id ({self.pad_id}) must be a token id: 0 <= pad_id < vocab_size ({self.vocab_size})"

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .checks import TOKEN_ID_DTYPES, check_int, check_token_ids  # chapter 1's checks
+from .checks import TOKEN_ID_DTYPES, check_int, check_token_ids, check_type  # chapter 1's checks
 
 # %% ../../chapters/05_masking.ipynb #7594c96a
 def pad_sequences(sequences: Sequence[Tensor], pad_id: int) -> Tensor:
@@ -134,9 +134,9 @@ def make_batch(src: Tensor, tgt: Tensor, pad_id: int) -> Batch:
 
 # %% ../../chapters/05_masking.ipynb #b3e7a1c5
 def _check_pair_sentence(sentence: Tensor, which: str, specials: Tensor) -> None:
-    if not isinstance(sentence, Tensor) or sentence.dim() != 1 or sentence.numel() == 0:
-        shown = tuple(sentence.shape) if isinstance(sentence, Tensor) else type(sentence).__name__
-        raise ValueError(f"{which} must be a non-empty 1-D tensor of token ids; got {shown}")
+    check_type(which, sentence, Tensor, "a non-empty 1-D tensor of token ids")
+    if sentence.dim() != 1 or sentence.numel() == 0:
+        raise ValueError(f"{which} must be a non-empty 1-D tensor of token ids; got {tuple(sentence.shape)}")
     if sentence.dtype not in TOKEN_ID_DTYPES:
         raise TypeError(f"{which} must hold integer token ids (torch.long); got dtype {sentence.dtype}")
     found = sentence[torch.isin(sentence, specials.to(sentence.device))]

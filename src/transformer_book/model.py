@@ -14,7 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .checks import check_heads, check_int, check_probability, check_token_ids
+from .checks import check_bool, check_even, check_heads, check_int, check_probability
+from .checks import check_token_ids
 from .masking import causal_mask, padding_mask
 from .multihead import MultiHeadAttention
 from .positional import PositionalEncoding
@@ -216,13 +217,9 @@ def _check_config(config: TransformerConfig) -> None:
     check_heads(config.d_model, config.num_heads)  # d_model splits into num_heads equal heads
     check_int("pad_id", config.pad_id, minimum=0)
     check_probability("dropout", config.dropout)  # the paper uses 0.1
-    if config.d_model % 2 != 0:
-        raise ValueError(
-            f"d_model must be even for the sinusoidal encoding (sines and cosines in pairs); got {config.d_model}"
-        )
+    check_even("d_model", config.d_model, "the sinusoidal encoding pairs sines and cosines")
     for name in ("norm_first", "tie_embeddings"):
-        if not isinstance(getattr(config, name), bool):
-            raise TypeError(f"{name} must be True or False; got {getattr(config, name)!r}")
+        check_bool(name, getattr(config, name))
     if config.tie_embeddings and config.src_vocab_size != config.tgt_vocab_size:
         raise ValueError(
             f"tie_embeddings=True shares one embedding matrix, so src_vocab_size ({config.src_vocab_size}) "

@@ -2,7 +2,7 @@
 """Multi-head self- and cross-attention (chapter 3)."""
 
 # %% auto #0
-__all__ = ['MultiHeadAttention']
+__all__ = ['check_layer_inputs', 'check_layer_mask', 'MultiHeadAttention']
 
 # %% ../../chapters/03_multi_head_attention.ipynb #bb82437e
 import torch
@@ -13,7 +13,7 @@ from .attention import scaled_dot_product_attention
 from .checks import check_heads, check_mask, check_probability
 
 # %% ../../chapters/03_multi_head_attention.ipynb #9be6c4e2
-def _check_inputs(layer: "MultiHeadAttention", query: Tensor, key: Tensor, value: Tensor) -> None:
+def check_layer_inputs(layer: "MultiHeadAttention", query: Tensor, key: Tensor, value: Tensor) -> None:
     """Raise a clear error unless query, key and value are (B, T, d_model) with matching B and L_k."""
     for name, x in (("query", query), ("key", key), ("value", value)):
         if x.dim() != 3 or x.size(-1) != layer.d_model:
@@ -28,7 +28,7 @@ def _check_inputs(layer: "MultiHeadAttention", query: Tensor, key: Tensor, value
         )
 
 
-def _check_mask(layer: "MultiHeadAttention", mask: Tensor, q: Tensor, k: Tensor) -> None:
+def check_layer_mask(layer: "MultiHeadAttention", mask: Tensor, q: Tensor, k: Tensor) -> None:
     """Chapter 2's check_mask against (B, H, L_q, L_k), after one rule of its own for 3-D masks."""
     if mask.dim() == 3 and mask.size(0) > 1:
         raise ValueError(
@@ -77,7 +77,7 @@ class MultiHeadAttention(nn.Module):
         (B, 1, 1, L_k) padding. Returns the output (B, L_q, D), plus the weights of every head (B, H, L_q, L_k)
         when need_weights=True.
         """
-        _check_inputs(self, query, key, value)
+        check_layer_inputs(self, query, key, value)
         q = self.split_heads(self.q_proj(query))  # Q W^Q, all heads: (B, H, L_q, D_h)
         k = self.split_heads(self.k_proj(key))  # K W^K: (B, H, L_k, D_h)
         v = self.split_heads(self.v_proj(value))  # V W^V: (B, H, L_k, D_h)
@@ -88,7 +88,7 @@ class MultiHeadAttention(nn.Module):
     ) -> Tensor | tuple[Tensor, Tensor]:
         """Steps 2 and 3: the heads q (B, H, L_q, D_h), k and v (B, H, L_k, D_h) -> output (B, L_q, D)."""
         if mask is not None:
-            _check_mask(self, mask, q, k)
+            check_layer_mask(self, mask, q, k)
         if need_weights:
             # head_i = softmax(Q_i K_i^T / sqrt(D_h)) V_i for every head at once, weights kept:
             out, weights = scaled_dot_product_attention(q, k, v, mask, self.attn_dropout)  # (B, H, L_q, D_h)

@@ -12,6 +12,8 @@ from collections.abc import Iterable
 import torch
 from torch import Tensor, nn
 
+from .checks import check_int, check_number
+
 # %% ../../chapters/11_one_stack.ipynb #8ad9439a
 class AdamW(torch.optim.Optimizer):
     """Adam with decoupled weight decay (Loshchilov and Hutter 2019), written out: torch.optim.AdamW's update."""
@@ -20,9 +22,9 @@ class AdamW(torch.optim.Optimizer):
         self, params: Iterable, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
         weight_decay: float = 0.01,
     ):
-        if not lr > 0.0 or not eps >= 0.0 or not weight_decay >= 0.0:
-            raise ValueError(f"lr must be > 0, eps and weight_decay >= 0; got lr={lr}, eps={eps}, "
-                             f"weight_decay={weight_decay}")
+        check_number("lr", lr, above=0)
+        check_number("eps", eps, at_least=0)
+        check_number("weight_decay", weight_decay, at_least=0)
         if not all(0.0 <= b < 1.0 for b in betas):
             raise ValueError(f"betas must be two numbers in [0, 1); got {betas}")
         super().__init__(params, {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay})
@@ -84,14 +86,9 @@ class CosineWarmupSchedule(torch.optim.lr_scheduler.LambdaLR):
         self, optimizer: torch.optim.Optimizer, warmup_steps: int, total_steps: int, min_ratio: float = 0.0,
         last_epoch: int = -1,
     ):
-        if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 1:
-            raise ValueError(f"warmup_steps must be a positive int; got {warmup_steps!r}")
-        if not isinstance(total_steps, int) or total_steps <= warmup_steps:
-            raise ValueError(
-                f"total_steps ({total_steps!r}) must be an int larger than warmup_steps ({warmup_steps})"
-            )
-        if not 0.0 <= min_ratio <= 1.0:
-            raise ValueError(f"min_ratio is the final rate over the peak, in [0, 1]; got {min_ratio!r}")
+        check_int("warmup_steps", warmup_steps)
+        check_int("total_steps", total_steps, minimum=warmup_steps + 1, hint="larger than warmup_steps")
+        check_number("min_ratio", min_ratio, at_least=0, at_most=1, hint="the final rate over the peak")
         self.warmup_steps, self.total_steps, self.min_ratio = warmup_steps, total_steps, min_ratio
         super().__init__(optimizer, self.rate, last_epoch=last_epoch)
 
@@ -105,8 +102,7 @@ def clip_grad_norm(parameters: Iterable[Tensor], max_norm: float) -> Tensor:
 
     The total norm is the L2 norm of all gradients joined into one vector, as in torch.nn.utils.clip_grad_norm_.
     """
-    if isinstance(max_norm, bool) or not isinstance(max_norm, (int, float)) or not max_norm > 0:
-        raise ValueError(f"max_norm must be a positive number; got {max_norm!r}")
+    check_number("max_norm", max_norm, above=0)
     grads = [p.grad for p in parameters if p.grad is not None]
     if not grads:
         return torch.tensor(0.0)

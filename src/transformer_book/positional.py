@@ -10,18 +10,13 @@ import math
 import torch
 from torch import Tensor, nn
 
-from .checks import check_int
+from .checks import check_even, check_int
 
 PE_BASE = 10000.0  # the paper's base: wavelengths run from 2*pi up to PE_BASE * 2*pi positions
 
 # %% ../../chapters/04_positional_encoding.ipynb #f45ad244
 def _check_d_model(d_model: int, what: str) -> None:
-    check_int(what, d_model)
-    if d_model % 2 != 0:
-        raise ValueError(
-            f"{what} must be a positive even number, because dimensions come in (sine, cosine) pairs; "
-            f"got {d_model}. Use an even size such as {max(2, d_model + 1)}"
-        )
+    check_even(what, d_model, "dimensions come in (sine, cosine) pairs")
 
 # %% ../../chapters/04_positional_encoding.ipynb #d726d941
 def sinusoidal_encoding(max_len: int, d_model: int) -> Tensor:

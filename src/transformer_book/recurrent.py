@@ -9,7 +9,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from .checks import check_int
+from .checks import check_int, check_number, check_type
 
 # %% auto #0
 __all__ = ['LSTM_GATES', 'GRU_GATES', 'RNNCell', 'RecurrentLayer', 'LSTMCell', 'GRUCell', 'load_torch_weights',
@@ -145,8 +145,9 @@ class LSTMCell(nn.Module):
 
     def forward(self, x_t: Tensor, state: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
         _check_step_input(x_t, self.input_size)
-        if not (isinstance(state, tuple) and len(state) == 2):
-            raise ValueError(f"an LSTM state must be a tuple (h, c), got {type(state).__name__}")
+        check_type("state", state, tuple, "an LSTM state, a tuple (h, c)")
+        if len(state) != 2:
+            raise ValueError(f"an LSTM state must be a tuple (h, c), got a tuple of {len(state)}")
         h, c = state
         _check_hidden("h", h, x_t.shape[0], self.hidden_size)
         _check_hidden("c", c, x_t.shape[0], self.hidden_size)
@@ -230,11 +231,7 @@ def with_spectral_radius(weight: Tensor, radius: float) -> Tensor:
     """
     if weight.dim() != 2 or weight.shape[0] != weight.shape[1]:
         raise ValueError(f"weight must be a square matrix (D, D), got shape {tuple(weight.shape)}")
-    if not 0 < radius < math.inf:  # NaN fails too
-        raise ValueError(
-            f"radius must be a positive finite number, got {radius}; for example 0.9 (gradients vanish) or 2.0 "
-            "(they explode)"
-        )
+    check_number("radius", radius, above=0, hint="for example 0.9, where gradients vanish, or 2.0: they explode")
     weight = weight.detach()
     current = torch.linalg.eigvals(weight).abs().max()  # spectral radius ρ(W)
     if current <= torch.finfo(weight.dtype).eps * torch.linalg.matrix_norm(weight, ord=2):

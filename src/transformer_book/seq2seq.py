@@ -9,7 +9,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from .checks import check_int, check_token_ids
+from .checks import check_bool, check_int, check_token_ids
 from .tokens import BOS_ID, PAD_ID, SPECIAL_TOKENS  # PAD_ID pads, BOS_ID starts the decoder
 
 # %% ../../chapters/02_attention.ipynb #5e2a0c05
@@ -105,8 +105,7 @@ class RecurrentSeq2Seq(nn.Module):
         self.vocab_size = check_int("vocab_size", vocab_size, minimum=max(PAD_ID, BOS_ID) + 1)
         check_int("embed_size", embed_size)
         check_int("hidden_size", hidden_size)
-        if not isinstance(attention, bool):
-            raise TypeError(f"attention must be True or False; got {attention!r}")
+        check_bool("attention", attention)
         self.source_embedding = nn.Embedding(vocab_size, embed_size, padding_idx=PAD_ID)
         self.target_embedding = nn.Embedding(vocab_size, embed_size, padding_idx=PAD_ID)
         self.encoder = nn.GRU(embed_size, hidden_size, batch_first=True)

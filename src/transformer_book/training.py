@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from tqdm.auto import tqdm  # a widget in Jupyter and Colab, text in a terminal
 
+from .checks import check_int, check_probability
 from .masking import Batch
 
 SMOOTHING_CONVENTIONS = ("uniform", "others")  # where the smoothing mass goes: see LabelSmoothingLoss
@@ -43,10 +44,7 @@ class LabelSmoothingLoss(nn.Module):
 
     def __init__(self, smoothing: float = 0.1, ignore_index: int = 0, convention: str = "uniform"):
         super().__init__()
-        if isinstance(smoothing, bool) or not isinstance(smoothing, (int, float)):
-            raise TypeError(f"smoothing must be a float in [0, 1); got {smoothing!r}")
-        if not 0.0 <= smoothing < 1.0:
-            raise ValueError(f"smoothing must be in [0, 1) (the paper uses 0.1); got {smoothing}")
+        check_probability("smoothing", smoothing, hint="the paper uses 0.1")
         if convention not in SMOOTHING_CONVENTIONS:
             raise ValueError(
                 f"convention must be 'uniform' (smoothing / K to every class, as PyTorch) or 'others' "
@@ -108,10 +106,8 @@ def noam_rate(step: int, d_model: int, warmup_steps: int, factor: float = 1.0) -
     It rises linearly for warmup_steps steps, peaks there at factor * (d_model * warmup_steps)^-0.5, then decays
     as 1 / sqrt(step). Step 0 counts as step 1 (the formula is infinite at 0).
     """
-    if warmup_steps < 1:
-        raise ValueError(f"warmup_steps must be at least 1; got {warmup_steps}")
-    if d_model < 1:
-        raise ValueError(f"d_model must be a positive model width; got {d_model}")
+    check_int("warmup_steps", warmup_steps)
+    check_int("d_model", d_model)  # the model width
     step = max(step, 1)
     return factor * d_model**-0.5 * min(step**-0.5, step * warmup_steps**-1.5)
 
@@ -132,8 +128,7 @@ class WarmupSchedule(torch.optim.lr_scheduler.LambdaLR):
         if not isinstance(optimizer, torch.optim.Optimizer):
             raise TypeError(f"optimizer must be a torch.optim.Optimizer (the model's Adam, not the model); "
                             f"got {type(optimizer).__name__}")
-        if warmup_steps < 1:
-            raise ValueError(f"warmup_steps must be at least 1; got {warmup_steps}")
+        check_int("warmup_steps", warmup_steps)
         if last_epoch != -1 and any("initial_lr" not in group for group in optimizer.param_groups):
             raise ValueError(
                 f"last_epoch={last_epoch} resumes a schedule, but the optimizer has no 'initial_lr': load the "

@@ -12,7 +12,7 @@ from typing import Any
 
 from .framework import Case, CheckResult, Mistake, keeps_rng, report
 from .framework import run_check
-from ..decoding import _ngrams, corpus_bleu  # chapter 8's n-gram counter
+from ..decoding import corpus_bleu, ngrams  # chapter 8's n-gram counter
 
 _BLEU = 'chapter 8, "BLEU"'
 
@@ -36,7 +36,7 @@ def bleu_variant(
         h, r = hyp.split(), ref.split()
         hyp_len, ref_len = hyp_len + len(h), ref_len + len(r)
         for n in range(1, 5):
-            hyp_counts, ref_counts = _ngrams(h, n), _ngrams(r, n)
+            hyp_counts, ref_counts = ngrams(h, n), ngrams(r, n)
             matches[n - 1] += sum(
                 min(c, ref_counts[g]) if clip else c * (g in ref_counts) for g, c in hyp_counts.items()
             )

@@ -94,8 +94,7 @@ class Translator:
                 f"sentences must be a str or a list of str; got {type(sentences).__name__} "
                 f"{sentences!r:.80}; decode bytes first, for example with .decode('utf-8')"
             )
-        if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
-            raise ValueError(f"beam_size must be an int >= 1 (1 is greedy decoding); got {beam_size!r}")
+        check_int("beam_size", beam_size, hint="1 is greedy decoding")
         longest = self.model.config.max_len - 1  # positions 0 .. max_len - 1, BOS included
         if max_new_tokens is not None and not 1 <= check_int("max_new_tokens", max_new_tokens) <= longest:
             raise ValueError(f"max_new_tokens must be between 1 and {longest} for this model; got {max_new_tokens}")
