@@ -312,3 +312,10 @@ def test_a_record_without_a_preset_translates_with_the_default_beam(run, capsys)
     write_info(run / "best", info)  # a weights-only checkpoint needs no preset: it was a traceback
     assert cli.main(["translate", "--checkpoint", str(run / "best"), "ein hund"]) == 0
     assert capsys.readouterr().out.count("\n") == 1
+
+
+@pytest.mark.parametrize("beam", ["100000", "65"])
+def test_a_beam_wider_than_the_vocabulary_or_the_bound_is_refused_at_once(run, capsys, beam):
+    # before: --beam-size 100000 (vocabulary 60 here) ran on past 90 s and toward gigabytes
+    err = _error(capsys, ["translate", "--checkpoint", str(run / "best"), "--beam-size", beam, "ein hund"])
+    assert "beam_size must be an int from 1 to" in err and beam in err

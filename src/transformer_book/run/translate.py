@@ -2,7 +2,7 @@
 """The Translator to keep, with its test BLEU and attention maps (chapter 10)."""
 
 # %% auto #0
-__all__ = ['Translator', 'evaluate', 'attention_weights']
+__all__ = ['MAX_BEAM_SIZE', 'MAX_HYPOTHESES', 'Translator', 'evaluate', 'attention_weights']
 
 # %% ../../../chapters/10_training_on_gpu.ipynb #5a1c0e71
 import time
@@ -23,6 +23,10 @@ from .presets import DIRECTIONS, pick_device
 from ..tokens import BOS_ID, EOS_ID, PAD_ID
 
 # %% ../../../chapters/10_training_on_gpu.ipynb #0689cc7c
+MAX_BEAM_SIZE = 64  # validation BLEU stops rising by a beam of 8 (this chapter's exercises): wider only costs
+MAX_HYPOTHESES = 1024  # sentences x beam decoded at once (64 x 16): a wider beam decodes fewer sentences together
+
+
 class Translator:
     """A trained model with its tokenizer: German sentences in, English sentences out (or, for a run trained
     with direction "en-de", the other way)."""
@@ -94,14 +98,17 @@ class Translator:
                 f"sentences must be a str or a list of str; got {type(sentences).__name__} "
                 f"{sentences!r:.80}; decode bytes first, for example with .decode('utf-8')"
             )
-        check_int("beam_size", beam_size, hint="1 is greedy decoding")
+        widest = min(MAX_BEAM_SIZE, self.tokenizer.get_vocab_size())  # more hypotheses than tokens cannot differ
+        check_int("beam_size", beam_size, maximum=widest, hint="1 is greedy decoding; BLEU stops rising by a beam "
+                  "of 8, and each hypothesis costs as much memory as a sentence")
         longest = self.model.config.max_len - 1  # positions 0 .. max_len - 1, BOS included
         if max_new_tokens is not None and not 1 <= check_int("max_new_tokens", max_new_tokens) <= longest:
             raise ValueError(f"max_new_tokens must be between 1 and {longest} for this model; got {max_new_tokens}")
         results = [""] * len(sentences)
         todo = sorted(((i, self._encode(s)) for i, s in enumerate(sentences) if s.strip()), key=lambda t: len(t[1]))
-        for start in range(0, len(todo), self.batch_size):
-            chunk = todo[start : start + self.batch_size]
+        per_batch = max(1, min(self.batch_size, MAX_HYPOTHESES // beam_size))  # a wide beam: fewer sentences
+        for start in range(0, len(todo), per_batch):
+            chunk = todo[start : start + per_batch]
             src = pad_sequences([torch.tensor(ids) for _, ids in chunk], PAD_ID).to(self.device)  # (B, T_src)
             # Each sentence's own cap, its length + 50 new tokens: its output never depends on its batch.
             limits = torch.tensor([max_new_tokens or min(len(ids) + 50, longest) for _, ids in chunk])  # (B,)
