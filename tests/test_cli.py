@@ -187,3 +187,67 @@ def test_sigterm_stops_train_as_ctrl_c_does_and_the_handler_is_put_back(run):
     assert result.returncode == 128 + signal.SIGTERM, result.stderr
     assert result.stderr == (f"stopped by SIGTERM: {run}/last holds update 10; run the same command again to "
                              f"resume from there\n")
+
+
+def test_an_abbreviated_option_is_refused_not_guessed(run, capsys):
+    # argparse would read --beam as --beam-size: a later option named --beam... would silently change its meaning
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["translate", "--checkpoint", str(run / "best"), "--beam", "3", "ein hund"])
+    assert exited.value.code == 2 and "--beam" in capsys.readouterr().err
+
+
+def test_an_empty_checkpoint_is_named_as_empty(capsys):
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["translate", "--checkpoint", "", "ein hund"])
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and "is empty" in err and "runs/multi30k/best" in err and "PosixPath" not in err
+
+
+@pytest.mark.parametrize("text, lines", [
+    (b"ein hund\nzwei katzen\n", [b"ein hund", b"zwei katzen"]),
+    (b"ein\rhund\r\nzwei", [b"ein hund", b"zwei"]),  # a lone \r is a space; \r\n ends a line
+    (b"\n\n", [b"", b""]),  # empty lines stay lines: one output line for each
+])
+def test_stdin_gives_one_sentence_per_line(text, lines):
+    assert cli._lines(text) == lines
+
+
+@pytest.mark.parametrize("error, expected", [
+    (MemoryError(), "error: out of memory; translate fewer sentences"),
+    (OSError(28, "No space left on device", "runs/x"), "error: No space left on device (runs/x); the disk is full"),
+    (OSError(36, "File name too long"), "error: File name too long; a name in the path is too long"),
+    (OSError("cannot create runs/x: Permission denied; choose an --out you can write to"), "error: cannot create"),
+    (RuntimeError(), "error: RuntimeError"),
+])
+def test_every_error_line_names_a_cause(error, expected):
+    assert cli.error_line(error).startswith(expected)
+
+
+def test_a_memory_error_reaches_the_user_as_one_line_with_a_fix(run, capsys, monkeypatch):
+    def out_of_memory(args):
+        raise MemoryError
+
+    monkeypatch.setattr(cli, "_run", out_of_memory)
+    assert cli.main(["translate", "--checkpoint", str(run / "best"), "ein hund"]) == 2
+    assert capsys.readouterr().err.strip().startswith("error: out of memory; ")
+
+
+def test_a_closed_pipe_ends_quietly_with_status_0(tmp_path):
+    # `translate ... | head -1`: the reader leaves after the first line; Unix tools then stop without a word
+    script = ("import sys\nfrom transformer_book.run import cli\n"
+              "def many_lines(args):\n    for i in range(200000):\n        print('a translated sentence', i)\n"
+              "    return 0\ncli._run = many_lines\nsys.exit(cli.main(['translate', '--checkpoint', 'x', 'y']))\n")
+    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             env={**os.environ, "PYTHONPATH": str(REPO_ROOT / "src")})
+    assert child.stdout.readline().startswith(b"a translated sentence 0")
+    child.stdout.close()
+    assert child.wait(timeout=60) == 0
+    assert child.stderr.read() == b""
+
+
+def test_an_out_inside_a_checkpoint_folder_is_refused_before_anything_is_written(run, capsys):
+    inner = run / "best" / "inner"  # the next save of best/ would delete it, and the run inside
+    before = sorted(p.relative_to(run) for p in run.rglob("*"))
+    assert cli.main(["train", "--preset", "smoke", "--out", str(inner)]) == 2
+    assert "inside the checkpoint folder" in capsys.readouterr().err
+    assert sorted(p.relative_to(run) for p in run.rglob("*")) == before  # nothing made, nothing changed

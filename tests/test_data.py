@@ -756,7 +756,7 @@ def test_sigterm_during_a_download_leaves_no_part_file(tmp_path, drip_server):
         time.sleep(0.05)
     assert list(folder.glob(".*.part")), "the download never started"
     child.send_signal(signal.SIGTERM)
-    assert child.wait(timeout=30) == 128 + signal.SIGTERM
+    assert child.wait(timeout=30) == -signal.SIGTERM  # ended by the signal itself, as without the download
     assert not list(folder.glob("*.part")) and not list(folder.glob(".*.part"))
 
 
@@ -774,12 +774,40 @@ def test_sigterm_in_the_clean_up_itself_leaves_no_part_file(tmp_path, monkeypatc
             multi30k._raise_on_sigterm(signal.SIGTERM, None)
         real_unlink(path, missing_ok=missing_ok)
 
+    class CallersHandler(Exception):
+        """What the caller's own SIGTERM handler raises (the command line's raises KeyboardInterrupt)."""
+
+    def callers_handler(signum, frame):
+        raise CallersHandler(signum)
+
     monkeypatch.setattr(multi30k, "_fetch", broken_transfer)
     monkeypatch.setattr(multi30k, "MULTI30K_FILES", {"x.gz": "0" * 64})
     monkeypatch.setattr(Path, "unlink", unlink_after_a_sigterm)
-    with pytest.raises(SystemExit) as stopped:
-        multi30k._download_verified("x.gz", tmp_path)
+    previous = signal.signal(signal.SIGTERM, callers_handler)
+    try:
+        with pytest.raises(CallersHandler) as stopped:  # no SystemExit from the library: the caller decides
+            multi30k._download_verified("x.gz", tmp_path)
+        assert signal.getsignal(signal.SIGTERM) is callers_handler  # the caller's handler is back
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     monkeypatch.undo()
-    assert stopped.value.code == 128 + signal.SIGTERM
+    assert stopped.value.args == (signal.SIGTERM,)
     assert unlinked[0].suffix == ".part"  # the signal did land in the clean-up of a temporary file
     assert list(tmp_path.iterdir()) == []
+
+
+def test_sigterm_during_a_download_goes_on_to_a_handler_that_returns(tmp_path, monkeypatch):
+    def terminated_transfer(url, dest, *args):
+        dest.write_bytes(b"the first bytes")
+        multi30k._raise_on_sigterm(signal.SIGTERM, None)
+
+    noted = []
+    monkeypatch.setattr(multi30k, "_fetch", terminated_transfer)
+    monkeypatch.setattr(multi30k, "MULTI30K_FILES", {"x.gz": "0" * 64})
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: noted.append(signum))
+    try:
+        with pytest.raises(KeyboardInterrupt, match="SIGTERM during the download of x.gz"):
+            multi30k._download_verified("x.gz", tmp_path)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert noted == [signal.SIGTERM] and list(tmp_path.iterdir()) == []

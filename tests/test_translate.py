@@ -517,3 +517,18 @@ def test_train_refuses_a_max_steps_that_is_not_a_positive_int_before_touching_it
     with pytest.raises(error, match="max_steps must be an int"):
         train("smoke", tmp_path / "run", device="cpu", max_steps=max_steps)
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("change", [{"direction": "en-de"}, {"amp": "off"}, {"seed": 1}])
+def test_average_checkpoints_refuses_runs_of_the_same_shape_but_another_preset(tmp_path, change):
+    # the joint tokenizer and the model's shape are the same for de-en and en-de, for --amp off and on: only the
+    # recorded preset tells the runs apart
+    tokenizer = data.train_tokenizer(["ein hund läuft", "a dog runs"] * 40, vocab_size=60)
+    data.save_tokenizer(tokenizer, tmp_path / "tok.json")
+    model = Transformer(model_config(PRESETS["smoke"], tokenizer.get_vocab_size()))
+    preset = dataclasses.asdict(PRESETS["smoke"])
+    paths = [save_checkpoint(tmp_path / name, model, None, RunRecord(preset=p, device="cpu", amp="None"),
+                             tmp_path / "tok.json") for name, p in (("a", preset), ("b", preset | change))]
+    average_checkpoints(paths[:1] + paths[:1])  # the same run twice: fine
+    with pytest.raises(ValueError, match=f"presets differ in {next(iter(change))}"):
+        average_checkpoints(paths)

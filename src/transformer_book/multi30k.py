@@ -122,7 +122,10 @@ def _raise_on_sigterm(signum, frame):
 
 
 def _download_verified(name: str, folder: Path) -> None:
-    """Download one file into `folder`, verified, leaving no `.part` file behind, even on SIGTERM."""
+    """Download one file into `folder`, verified, leaving no `.part` file behind, even on SIGTERM.
+
+    SIGTERM is held only while the download runs: once the temporary files are gone, the signal goes on to the
+    handler that was there before (with none, it ends the process as it would have without the download)."""
     in_main_thread = threading.current_thread() is threading.main_thread()  # only there can signals be handled
     previous = signal.signal(signal.SIGTERM, _raise_on_sigterm) if in_main_thread else None
     part_files: list[Path] = []  # every temporary file, listed before it is created
@@ -131,7 +134,9 @@ def _download_verified(name: str, folder: Path) -> None:
     except _Terminated:  # it can come between any two lines, outside the `try` that removes a file
         for part in part_files:
             part.unlink(missing_ok=True)
-        raise SystemExit(128 + signal.SIGTERM) from None  # no temporary file left: exit as asked
+        signal.signal(signal.SIGTERM, previous)
+        signal.raise_signal(signal.SIGTERM)  # no temporary file left: on to the handler the caller had
+        raise KeyboardInterrupt(f"SIGTERM during the download of {name}") from None  # that handler returned
     finally:
         if in_main_thread:
             signal.signal(signal.SIGTERM, previous)

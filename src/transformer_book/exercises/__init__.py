@@ -8,12 +8,14 @@ __all__ = ['MISTAKES_BY_CHECK', 'CheckResult', 'check_attention', 'check_multi_h
 from .attention import ATTENTION_MISTAKES, BLOCKWISE_MISTAKES
 from .attention import check_attention, check_blockwise_attention
 from .bleu import BLEU_MISTAKES, check_bleu
-from .decoding import BEAM_MISTAKES, GREEDY_MISTAKES, check_beam_search, check_greedy_decode
+from .decoding import BEAM_MISTAKES, GREEDY_MISTAKES, check_beam_search
+from .decoding import check_greedy_decode
 from .framework import CheckResult
 from .layers import ENCODER_MISTAKES, LAYER_NORM_MISTAKES, RMS_MISTAKES
 from .layers import check_encoder_layer, check_layer_norm, check_rms_norm
 from .masking import CAUSAL_MISTAKES, PADDING_MISTAKES, SHIFT_MISTAKES
-from .masking import check_causal_mask, check_padding_mask, check_shift_right
+from .masking import check_causal_mask, check_padding_mask
+from .masking import check_shift_right
 from .multihead import MHA_MISTAKES, check_multi_head_attention
 from .positional import ENCODING_MISTAKES, ROTARY_MISTAKES
 from .positional import check_positional_encoding, check_rotary

@@ -15,7 +15,8 @@ import torch
 from torch import Tensor
 
 from ..attention import scaled_dot_product_attention
-from .framework import Case, CheckResult, Mistake, keeps_rng, random_tensor, report, run_check
+from .framework import Case, CheckResult, Mistake, keeps_rng
+from .framework import random_tensor, report, run_check
 from ..efficient import blockwise_attention
 
 _ATTENTION = 'chapter 2, "Scaled dot-product attention"'

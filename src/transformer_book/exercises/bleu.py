@@ -10,7 +10,8 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from .framework import Case, CheckResult, Mistake, keeps_rng, report, run_check
+from .framework import Case, CheckResult, Mistake, keeps_rng, report
+from .framework import run_check
 from ..decoding import _ngrams, corpus_bleu  # chapter 8's n-gram counter
 
 _BLEU = 'chapter 8, "BLEU"'

@@ -12,7 +12,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .framework import Case, CheckResult, Mistake, keeps_rng, random_tensor, report, run_check
+from .framework import Case, CheckResult, Mistake, keeps_rng
+from .framework import random_tensor, report, run_check
 from ..decoding import beam_search, gnmt_length_penalty, greedy_decode
 from ..masking import padding_mask
 from ..model import Transformer, TransformerConfig

@@ -13,7 +13,8 @@ import torch
 from torch import Tensor, nn
 
 from .attention import FLOAT_TOLERANCE
-from .framework import Case, CheckResult, Mistake, keeps_rng, random_tensor, report, run_check
+from .framework import Case, CheckResult, Mistake, keeps_rng
+from .framework import random_tensor, report, run_check
 from ..layers import RMSNorm
 from ..model import LAYER_NORM_EPS, EncoderLayer, layer_norm
 

@@ -13,7 +13,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .framework import Case, CheckResult, Mistake, keeps_rng, report, run_check
+from .framework import Case, CheckResult, Mistake, keeps_rng, report
+from .framework import run_check
 from ..masking import causal_mask, make_batch, padding_mask
 
 _PADDING = 'chapter 5, "The padding mask"'

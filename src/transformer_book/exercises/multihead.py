@@ -14,7 +14,8 @@ import torch
 from torch import Tensor, nn
 
 from .attention import FLOAT_TOLERANCE, attention_variant, first
-from .framework import Case, CheckResult, Mistake, keeps_rng, random_tensor, report, run_check
+from .framework import Case, CheckResult, Mistake, keeps_rng
+from .framework import random_tensor, report, run_check
 from ..multihead import MultiHeadAttention
 
 _HEADS = 'chapter 3, "From one head to several"'

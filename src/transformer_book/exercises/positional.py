@@ -13,7 +13,8 @@ import torch
 from torch import Tensor
 
 from .attention import FLOAT_TOLERANCE
-from .framework import Case, CheckResult, Mistake, keeps_rng, random_tensor, report, run_check
+from .framework import Case, CheckResult, Mistake, keeps_rng
+from .framework import random_tensor, report, run_check
 from ..positional import PE_BASE, apply_rotary, sinusoidal_encoding
 
 _SINUSOIDS = 'chapter 4, "The sinusoidal encoding"'

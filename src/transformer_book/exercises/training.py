@@ -13,7 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .framework import Case, CheckResult, Mistake, keeps_rng, random_tensor, report, run_check
+from .framework import Case, CheckResult, Mistake, keeps_rng
+from .framework import random_tensor, report, run_check
 from ..training import LabelSmoothingLoss, noam_rate
 
 _SMOOTHING = 'chapter 7, "Label smoothing: the target distribution"'

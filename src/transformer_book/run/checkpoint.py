@@ -21,7 +21,8 @@ from ..checks import check_int
 from ..hashing import file_sha256
 from ..model import Transformer, TransformerConfig
 from .runfolder import existing, read_tokenizer
-from .safefiles import ChangedDuringRead, lock_file, read_record, read_verified, seal, swap_in
+from .safefiles import ChangedDuringRead, lock_file, read_record, read_verified
+from .safefiles import seal, swap_in
 from ..training import TrainState
 
 # %% ../../../chapters/10a_engineering_the_run.ipynb #10b00019
@@ -48,6 +49,15 @@ class RunRecord:
     scaler: dict | None = None  # float16's gradient scaler: the loss scale it had settled on
     stopped: str | None = None  # why training stopped before its budget: "time limit" or "max_steps=N"
     scored_partial: bool = False  # the epoch a time limit cut short has been scored
+
+    def is_complete(self) -> bool:
+        """True once the run has trained all its epochs, or the safety time limit stopped it for good: the one
+        place that decides whether `train` has anything left to do."""
+        return self.train_state.epoch >= self.preset["epochs"] or self.stopped == "time limit"
+
+    def has_reached(self, max_steps: int | None) -> bool:
+        """True when a step limit is given and the run already has that many updates."""
+        return max_steps is not None and self.train_state.step >= max_steps
 
     def to_json(self) -> dict:
         """The record as checkpoint.json stores it (optional fields only when set)."""
@@ -327,11 +337,19 @@ def average_checkpoints(paths: list[str | Path], device: torch.device | str = "c
     if not paths:
         raise ValueError("average_checkpoints needs at least one checkpoint folder; got none")
     models, saved = zip(*(load_checkpoint(p, device) for p in paths))
+    first_preset = saved[0].info.get("preset") or {}
     for path, checkpoint in zip(paths[1:], saved[1:]):
         if checkpoint.config != saved[0].config or checkpoint.tokenizer_sha256 != saved[0].tokenizer_sha256:
             raise ValueError(
                 f"{path} holds a model of another configuration or tokenizer than {paths[0]}; average only "
                 f"checkpoints of one run (for example its snapshots/ folder)"
+            )
+        # Same shapes and tokenizer, yet another run: the other direction, another arithmetic, another seed
+        preset = checkpoint.info.get("preset") or {}
+        if differ := sorted(k for k in first_preset.keys() & preset.keys() if first_preset[k] != preset[k]):
+            raise ValueError(
+                f"{path} comes from another run than {paths[0]} (their presets differ in {', '.join(differ)}); "
+                f"average only checkpoints of one run (for example its snapshots/ folder)"
             )
     states = [m.state_dict() for m in models]
     mean = {

@@ -2,16 +2,15 @@
 """`python -m transformer_book`: train, translate and evaluate (chapter 10's companion)."""
 
 # %% auto #0
-__all__ = ['LANGUAGES', 'main']
+__all__ = ['LANGUAGES', 'main', 'error_line']
 
 # %% ../../../chapters/10a_engineering_the_run.ipynb #10b00007
 import argparse
+import errno
 import math
 import os
 import signal
 import sys
-import threading
-from contextlib import contextmanager
 from dataclasses import fields
 from pathlib import Path
 
@@ -20,10 +19,12 @@ import torch.distributed as dist
 from .. import __version__, data
 from .checkpoint import RunRecord, average_checkpoints, load_checkpoint
 from .distributed import start_distributed
-from .presets import AMP_CHOICES, DIRECTIONS, PRESETS, Preset, choose_preset, in_direction
+from .presets import AMP_CHOICES, DIRECTIONS, PRESETS, Preset, choose_preset
+from .presets import in_direction
 from .presets import pick_device, preset_differences
 from .loop import SAVE_EVERY_STEPS, train
-from .runfolder import existing, has_checkpoint, last_snapshots
+from .runfolder import existing, has_checkpoint, last_snapshots, refuse_inside_a_checkpoint
+from .stopping import Terminated, sigterm_as_interrupt
 from .safefiles import read_record
 from .translate import Translator, evaluate
 
@@ -58,6 +59,13 @@ def _folder(text: str) -> str:
         text.encode("utf-8")
     except UnicodeEncodeError:
         raise argparse.ArgumentTypeError(f"{text!r} is not UTF-8 text; choose a folder name that is") from None
+    return text
+
+
+def _checkpoint_folder(text: str) -> str:
+    """An argparse type: a checkpoint folder's name, not empty."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("is empty; name a checkpoint folder, for example runs/multi30k/best")
     return text
 
 
@@ -117,7 +125,7 @@ def _sentences(arguments: list[str], language: str = "German") -> list[str | Non
         print(f"Type {language} sentences, one per line, then Ctrl-D (on Windows Ctrl-Z, Enter); or pass them as "
               "arguments: translate --checkpoint DIR \"Ein Hund.\"", file=sys.stderr)
     kind = "argument" if arguments else "line"
-    raw = [a.encode("utf-8", "surrogateescape") for a in arguments] or sys.stdin.buffer.read().splitlines()
+    raw = [a.encode("utf-8", "surrogateescape") for a in arguments] or _lines(sys.stdin.buffer.read())
     sentences: list[str | None] = []
     for number, item in enumerate(raw, start=1):
         try:
@@ -126,6 +134,15 @@ def _sentences(arguments: list[str], language: str = "German") -> list[str | Non
             print(f"error: {kind} {number} is not UTF-8 text; its output line is left empty", file=sys.stderr)
             sentences.append(None)
     return sentences
+
+
+def _lines(text: bytes) -> list[bytes]:
+    """The lines of stdin: split at newlines only (a Windows carriage return before one ends the line too); a lone
+    carriage return inside a line is a space, as a tab is, so one line in always gives one line out."""
+    lines = text.split(b"\n")
+    if lines[-1] == b"":
+        lines.pop()  # the newline that ends the last line starts no new one
+    return [line.removesuffix(b"\r").replace(b"\r", b" ") for line in lines]
 
 
 def _saved(out: Path) -> RunRecord | None:
@@ -141,6 +158,7 @@ def _saved(out: Path) -> RunRecord | None:
 def _run_folder(out: str) -> Path:
     """The run folder, made if need be; refused, saying why, when it is a file or a checkpoint or cannot be made."""
     path = Path(out)
+    refuse_inside_a_checkpoint(path)  # before anything is made on disk
     if path.is_file() or (path / "checkpoint.json").exists():
         kind = "a file" if path.is_file() else "a checkpoint folder (it holds checkpoint.json)"
         raise ValueError(f"--out {out} is {kind}; name a folder for the run, for example runs/multi30k")
@@ -151,29 +169,9 @@ def _run_folder(out: str) -> Path:
     return path
 
 
-class _Terminated(KeyboardInterrupt):
-    """SIGTERM (`kill`, a batch scheduler or a notebook host ending the process), stopped as Ctrl-C stops."""
-
-
-@contextmanager
-def _sigterm_as_interrupt():
-    """Within: SIGTERM raises _Terminated, so that the run folder's lock is let go and main says where it stands.
-    While train's StopRequest holds SIGTERM, it stops at the end of an update, saves, then hands the signal here."""
-    def terminate(signum: int, frame: object) -> None:
-        raise _Terminated
-
-    main_thread = threading.current_thread() is threading.main_thread()  # only it may set a handler
-    previous = signal.signal(signal.SIGTERM, terminate) if main_thread else None
-    try:
-        yield
-    finally:
-        if main_thread:
-            signal.signal(signal.SIGTERM, previous or signal.SIG_DFL)  # None: set outside Python
-
-
 def _interrupted(args: argparse.Namespace, stop: KeyboardInterrupt) -> str:
     """The line main prints when Ctrl-C or SIGTERM stops a command: for train, what the next run starts from."""
-    what = "stopped by SIGTERM" if isinstance(stop, _Terminated) else "interrupted"
+    what = "stopped by SIGTERM" if isinstance(stop, Terminated) else "interrupted"
     if args.command != "train":
         return what
     saved = _saved(Path(args.out))
@@ -220,11 +218,13 @@ def _parser() -> argparse.ArgumentParser:
     prog = "transformer-book" if Path(sys.argv[0]).name == "transformer-book" else "python -m transformer_book"
     parser = _OneLineErrors(prog=prog, description="Building the Transformer: train a translation model on "
                             "Multi30k, translate with it, score it.", epilog=_EXAMPLES,
-                            formatter_class=argparse.RawDescriptionHelpFormatter)
+                            formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
     parser.add_argument("--version", action="version", version=f"transformer_book {__version__}")
     parser.add_argument("--debug", action="store_true", help="show the full traceback of an error")
     commands = parser.add_subparsers(dest="command", required=True)
-    command = dict(formatter_class=_ShowDefaults)
+    # allow_abbrev=False: `--beam 3` is refused, not read as --beam-size (a later option named --beam... would
+    # change what it means)
+    command = dict(formatter_class=_ShowDefaults, allow_abbrev=False)
     p = commands.add_parser("train", help="train (or resume) a translation model on Multi30k",
                             description=_DESCRIPTIONS["train"], **command)
     p.add_argument("--preset", choices=sorted(PRESETS), default=None,
@@ -241,13 +241,15 @@ def _parser() -> argparse.ArgumentParser:
                    help="de-en: German in, English out; en-de: the other way; default: the preset's (de-en)")
     p = commands.add_parser("translate", help="translate sentences (arguments, or lines on stdin) with a trained "
                             "model", description=_DESCRIPTIONS["translate"], **command)
-    p.add_argument("--checkpoint", required=True, help="a checkpoint folder, e.g. runs/multi30k/best")
+    p.add_argument("--checkpoint", required=True, type=_checkpoint_folder,
+                   help="a checkpoint folder, e.g. runs/multi30k/best")
     _decoding_options(p)
     p.add_argument("sentences", nargs="*",
                    help="sentences in the run's source language (German unless trained en-de); none: stdin")
     p = commands.add_parser("evaluate", help="sacreBLEU of a checkpoint on a Multi30k split",
                             description=_DESCRIPTIONS["evaluate"], **command)
-    p.add_argument("--checkpoint", required=True, help="a checkpoint folder, e.g. runs/multi30k/best")
+    p.add_argument("--checkpoint", required=True, type=_checkpoint_folder,
+                   help="a checkpoint folder, e.g. runs/multi30k/best")
     p.add_argument("--split", default="test2016", choices=sorted(data.SPLITS), help="the Multi30k split to score")
     _decoding_options(p)
     return parser
@@ -256,9 +258,11 @@ def _parser() -> argparse.ArgumentParser:
 def _decoding_options(p: argparse.ArgumentParser) -> None:
     """The options translate and evaluate share: how to decode, and which weights to average."""
     p.add_argument("--beam-size", type=_at_least_one, default=None, help=_BEAM_HELP)
-    p.add_argument("--length-penalty", type=_penalty, default=0.6, help="beam search's alpha; larger: longer output")
+    p.add_argument("--length-penalty", type=_penalty, default=0.6,
+                   help="beam search's alpha; larger: longer output")
     p.add_argument("--average", type=_at_least_one, default=None, metavar="N", help=_AVERAGE_HELP)
-    p.add_argument("--allow-fewer", action="store_true", help="with --average: average fewer than N if that is all")
+    p.add_argument("--allow-fewer", action="store_true",
+                   help="with --average: average fewer than N if that is all")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -270,18 +274,52 @@ def main(argv: list[str] | None = None) -> int:
     """
     args = _parser().parse_args(argv)
     try:
-        with _sigterm_as_interrupt():
+        with sigterm_as_interrupt():
             return _run(args)
-    except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM as _Terminated
+    except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM as Terminated
         if args.debug:
             raise
         print(_interrupted(args, stop), file=sys.stderr)
-        return 128 + (signal.SIGTERM if isinstance(stop, _Terminated) else signal.SIGINT)
+        return 128 + (signal.SIGTERM if isinstance(stop, Terminated) else signal.SIGINT)
+    except BrokenPipeError:  # the reader of stdout left (`translate ... | head`): stop quietly, as Unix tools do
+        _silence_stdout()
+        return 0
     except (ValueError, TypeError, OSError, RuntimeError, ArithmeticError, MemoryError) as error:
         if args.debug:  # DataError is a RuntimeError, a NaN loss's FloatingPointError an ArithmeticError
             raise
-        print(f"error: {error or type(error).__name__}", file=sys.stderr)
+        print(error_line(error), file=sys.stderr)
         return 2
+
+
+# What to do about an operating system's error that reaches the command line with no message of the package's own.
+_OS_ERROR_ADVICE = {
+    errno.ENOSPC: "the disk is full: free some space, or choose a folder on another disk",
+    errno.EROFS: "the file system is read-only: choose a folder you can write to",
+    errno.EACCES: "permission denied: choose a folder you can write to, or change its permissions",
+    errno.ENAMETOOLONG: "a name in the path is too long: choose a shorter one",
+    errno.ENOTDIR: "a part of the path is a file, not a folder: check the path",
+    errno.ELOOP: "the path loops through symbolic links: check where the links point",
+    errno.EINVAL: "the file system refuses this name: choose another (without : * ? or control characters)",
+}
+
+
+def error_line(error: BaseException) -> str:
+    """The one line an error becomes: its message; for a bare memory or file-system error, the cause and a fix."""
+    if isinstance(error, MemoryError):
+        return ("error: out of memory; translate fewer sentences at once, use a smaller --beam-size, or train a "
+                "smaller preset")
+    if isinstance(error, OSError) and error.errno in _OS_ERROR_ADVICE:
+        where = f" ({error.filename})" if error.filename else ""
+        return f"error: {error.strerror}{where}; {_OS_ERROR_ADVICE[error.errno]}"
+    return f"error: {str(error) or type(error).__name__}"
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so that Python's own flush at exit does not report the closed pipe again."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout without a file descriptor (a test's capture): nothing to flush
+        pass
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -314,11 +352,11 @@ def _train(args: argparse.Namespace) -> int:
                          f"{name}, or give another --out to train anew")
     if saved is not None and preset_differences(saved.preset, preset):
         saved = None  # train() refuses it, naming the differences
-    if saved is not None and (saved.train_state.epoch >= preset.epochs or saved.stopped == "time limit"):
+    if saved is not None and saved.is_complete():
         print(f"the run in {args.out} is complete ({saved.train_state.step} updates); nothing to train. "
               f"Translate with its best weights, or give another --out to train anew", file=sys.stderr)
         run = saved
-    elif saved is not None and args.max_steps is not None and saved.train_state.step >= args.max_steps:
+    elif saved is not None and saved.has_reached(args.max_steps):
         print(f"the run in {args.out} already has {saved.train_state.step} updates (--max-steps {args.max_steps} "
               f"asks for no more); nothing to train. Give a larger --max-steps, or leave it out to train the whole "
               f"budget", file=sys.stderr)

@@ -19,13 +19,15 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from .. import data
 from . import runfolder
-from .checkpoint import RunRecord, load_checkpoint, load_optimizer_state, save_checkpoint
+from .checkpoint import RunRecord, load_checkpoint, load_optimizer_state
+from .checkpoint import save_checkpoint
 from .checkpoint import random_state
 from ..checks import check_choice, check_int
 from .distributed import Processes
 from ..masking import Batch
 from ..model import Transformer
-from .presets import AMP_CHOICES, Preset, choose_preset, in_direction, model_config, pick_amp_dtype
+from .presets import AMP_CHOICES, Preset, choose_preset, in_direction
+from .presets import model_config, pick_amp_dtype
 from .presets import pick_device, preset_differences
 from .stopping import INTERRUPTED, StopRequest
 from ..tokens import PAD_ID
@@ -161,7 +163,7 @@ def build_or_resume(preset: Preset, out: Path, device: torch.device, processes: 
     if runfolder.has_checkpoint(out):
         record, saved = resume(out, preset, model, optimizer, scaler, corpus.tokenizer, device, processes)
         state = record.train_state
-        if state.epoch >= preset.epochs or record.stopped == "time limit":
+        if record.is_complete():
             log(f"the run in {out} is complete (step {state.step}, {state.epoch} epochs): nothing left to train")
         else:
             log(f"resuming {out} at step {state.step} (epoch {state.epoch + 1}, batch {state.batch_in_epoch})")

@@ -4,8 +4,8 @@
 
 # %% auto #0
 __all__ = ['MAX_TOKENIZER_BYTES', 'COPY_EVERY_MINUTES', 'existing', 'has_checkpoint', 'snapshot_path', 'last_snapshots',
-           'prune_snapshots', 'repair_run_folder', 'hold_run_folder', 'RunTokenizer', 'read_tokenizer', 'run_tokenizer',
-           'copy_run', 'RunCopier']
+           'prune_snapshots', 'repair_run_folder', 'refuse_inside_a_checkpoint', 'hold_run_folder', 'RunTokenizer',
+           'read_tokenizer', 'run_tokenizer', 'copy_run', 'RunCopier']
 
 # %% ../../../chapters/10a_engineering_the_run.ipynb #10b00004
 import os
@@ -21,7 +21,8 @@ from tokenizers import Tokenizer
 
 from .. import data
 from ..hashing import sha256_bytes
-from .safefiles import ChangedDuringRead, lock_file, read_plain, read_record, read_verified
+from .safefiles import ChangedDuringRead, lock_file, read_plain, read_record
+from .safefiles import read_verified
 from .safefiles import seal, swap_in
 
 # %% ../../../chapters/10a_engineering_the_run.ipynb #10b00013
@@ -103,12 +104,22 @@ def _snapshot_from_last(last: Path, info: dict, target: Path) -> None:
         raise
 
 # %% ../../../chapters/10a_engineering_the_run.ipynb #10b00010
+def refuse_inside_a_checkpoint(out: Path) -> None:
+    """Refuse a run folder inside a checkpoint folder (RUN/best/inner): the next save of that checkpoint replaces
+    the whole folder, and the inner run with it."""
+    for folder in Path(os.path.abspath(out)).parents:
+        if (folder / "checkpoint.json").exists():
+            raise ValueError(f"{out} is inside the checkpoint folder {folder}, which the next save replaces "
+                             f"with all it holds; give an output folder outside it")
+
+
 @contextmanager
 def hold_run_folder(out: Path) -> Iterator[None]:
     """Hold an exclusive lock on a run folder while training in it: a second training there fails at once.
 
     The lock file `.lock` holds the trainer's process id; it is opened without following a link.
     """
+    refuse_inside_a_checkpoint(out)
     with ExitStack() as held:
         try:
             fd = held.enter_context(lock_file(out / ".lock", wait=False))
