@@ -251,3 +251,22 @@ def test_an_out_inside_a_checkpoint_folder_is_refused_before_anything_is_written
     assert cli.main(["train", "--preset", "smoke", "--out", str(inner)]) == 2
     assert "inside the checkpoint folder" in capsys.readouterr().err
     assert sorted(p.relative_to(run) for p in run.rglob("*")) == before  # nothing made, nothing changed
+
+
+def test_ctrl_c_while_the_command_starts_prints_one_line_and_no_traceback(monkeypatch, capsys):
+    # The imports (PyTorch) take about half a second after Python itself has started: a Ctrl-C that lands in them
+    # is one line, as at any later moment. Here the import of the command line is what the Ctrl-C interrupts.
+    import importlib.abc
+
+    import transformer_book.__main__ as entry
+
+    class CtrlCDuringImport(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name == "transformer_book.run.cli":
+                raise KeyboardInterrupt
+            return None
+
+    monkeypatch.delitem(sys.modules, "transformer_book.run.cli")
+    monkeypatch.setattr(sys, "meta_path", [CtrlCDuringImport(), *sys.meta_path])
+    assert entry.main() == 128 + signal.SIGINT
+    assert capsys.readouterr().err == "interrupted\n"

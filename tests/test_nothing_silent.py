@@ -418,7 +418,23 @@ def test_a_stray_world_size_says_what_it_waits_for(tmp_path):
             line = waiting.stderr.readline()
         finally:
             waiting.kill()
-    assert line.startswith("waiting for the 2 processes of WORLD_SIZE=2 to meet at 127.0.0.1:29581")
+    assert line.startswith("waiting up to 5 minutes for the 2 processes of WORLD_SIZE=2 to meet at 127.0.0.1:29581")
+
+
+def test_a_partner_that_never_comes_ends_the_wait_with_a_message(monkeypatch):
+    import socket
+    from datetime import timedelta
+
+    from transformer_book.run.distributed import start_distributed
+
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    for name, value in {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+                        "MASTER_PORT": str(port)}.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(RuntimeError, match="did not all meet within 2 s.*start them together with torchrun"):
+        start_distributed(timeout=timedelta(seconds=2))
 
 
 # 10. downloads: capped at the file's size, bounded in time --------------------------------------------------------

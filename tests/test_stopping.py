@@ -100,6 +100,37 @@ def test_a_signal_stops_at_the_end_of_the_update_saves_it_and_the_same_command_r
     assert state["losses"] == never_stopped["losses"]  # exactly: the updates after 5 are those of a run never stopped
 
 
+# The command line, signalled by the OS while the finished run's final save of `last/` is under way.
+PROBE_FINAL_SAVE = """
+import os, signal, sys
+import transformer_book.run.loop
+from transformer_book.run import cli
+
+out, signum = sys.argv[1], int(sys.argv[2])
+save = transformer_book.run.loop.save
+
+def signalled_while_saving(run, name, copy_now=False):
+    if name == "last" and run.record.is_complete():
+        os.kill(os.getpid(), signum)  # lands in the save
+    return save(run, name, copy_now)
+
+transformer_book.run.loop.save = signalled_while_saving
+sys.exit(cli.main(["train", "--preset", "smoke", "--out", out]))
+"""
+
+
+@needs_data
+def test_a_signal_during_the_final_save_waits_for_it(tmp_path):
+    out = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "src"), "OMP_NUM_THREADS": "1"}
+    result = subprocess.run([sys.executable, "-c", PROBE_FINAL_SAVE, str(out), str(signal.SIGTERM)],
+                            capture_output=True, text=True, env=env, timeout=600)
+    assert result.returncode == 128 + signal.SIGTERM, result.stderr
+    state = json.loads((out / "last" / "checkpoint.json").read_text(encoding="utf-8"))["train_state"]
+    assert state["epoch"] == PRESETS["smoke"].epochs  # the save the signal landed in was finished, not abandoned
+    assert "stopped by SIGTERM" in result.stderr.splitlines()[-1]
+
+
 @needs_data
 def test_a_second_ctrl_c_interrupts_at_once(tmp_path):
     out = tmp_path / "run"

@@ -18,7 +18,7 @@ import torch.distributed as dist
 
 from .. import __version__, data
 from .checkpoint import RunRecord, average_checkpoints, load_checkpoint
-from .distributed import start_distributed
+from .distributed import JOIN_TIMEOUT, start_distributed
 from .presets import AMP_CHOICES, DIRECTIONS, PRESETS, Preset, choose_preset
 from .presets import in_direction
 from .presets import pick_device, preset_differences
@@ -385,7 +385,8 @@ def _join_torchrun():
         raise ValueError(f"WORLD_SIZE={world} is set but MASTER_ADDR is not: start several processes with "
                          f"torchrun, or unset WORLD_SIZE to train in this one")
     if os.environ.get("RANK", "0") == "0":
-        print(f"waiting for the {world} processes of WORLD_SIZE={world} to meet at {where}:"
-              f"{os.environ.get('MASTER_PORT', '?')}; if nothing follows, the others never started: "
-              f"start them with torchrun, or unset WORLD_SIZE", file=sys.stderr, flush=True)
+        print(f"waiting up to {JOIN_TIMEOUT.total_seconds() / 60:g} minutes for the {world} processes of "
+              f"WORLD_SIZE={world} to meet at {where}:{os.environ.get('MASTER_PORT', '?')}; if nothing follows, "
+              f"the others never started: start them with torchrun, or unset WORLD_SIZE", file=sys.stderr,
+              flush=True)
     return start_distributed()

@@ -2,13 +2,14 @@
 """Training on several GPUs, one process each: batch shards, their loss, the group (chapter 10's companion)."""
 
 # %% auto #0
-__all__ = ['shard', 'ShardedLoss', 'start_distributed', 'Processes']
+__all__ = ['JOIN_TIMEOUT', 'shard', 'ShardedLoss', 'start_distributed', 'Processes']
 
 # %% ../../../chapters/10a_engineering_the_run.ipynb #10b00006
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -50,18 +51,28 @@ class ShardedLoss(nn.Module):
         return self.loss_fn(logits, target) * tokens * dist.get_world_size() / batch_tokens.clamp(min=1)
 
 
-def start_distributed() -> torch.device:
+JOIN_TIMEOUT = timedelta(minutes=5)  # torchrun starts every process at once: a partner this late never comes
+
+
+def start_distributed(timeout: timedelta = JOIN_TIMEOUT) -> torch.device:
     """Join the group of processes torchrun started (its environment variables say where); return our device.
 
     One process per GPU, talking through NCCL; without GPUs, processes on the CPU talking through gloo, which
-    is how the tests run it.
+    is how the tests run it. When the others have not all joined within `timeout`, a RuntimeError says so.
     """
     if torch.cuda.is_available():
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
         torch.cuda.set_device(device)
     else:
         device = torch.device("cpu")
-    dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    try:
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo", timeout=timeout)
+    except dist.DistStoreError as error:  # the rendezvous timed out: a partner never started, or cannot reach us
+        raise RuntimeError(
+            f"the {os.environ.get('WORLD_SIZE')} processes of WORLD_SIZE did not all meet within "
+            f"{timeout.total_seconds():g} s ({error}); start them together with torchrun, or unset WORLD_SIZE "
+            f"to train in one process"
+        ) from None
     return device
 
 # %% ../../../chapters/10a_engineering_the_run.ipynb #10b00040

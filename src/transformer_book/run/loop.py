@@ -80,7 +80,7 @@ def train(
         run = build_or_resume(preset, out, device, processes, corpus, copier, log)
         with run.stop:  # the first Ctrl-C or SIGTERM asks to stop at the end of the update in progress
             train_epochs(run, max_steps, progress)
-        finish(run)
+            finish(run)  # a signal during the last saves waits for them too
     if run.stop.requested or run.record.stopped == INTERRUPTED:
         run.stop.interrupt()  # `last/` holds the update the request stopped at: now the interruption
     return run.record
