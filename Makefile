@@ -152,9 +152,11 @@ colab: setup-book ## write the chapters as Colab opens them (no MyST markup left
 	$(BIN)/python tools/colab.py --out _build/colab
 
 # The reading copy of the chapters (the Colab copy above) opened in JupyterLab, with .venv's kernel (PATH above).
-# Edits there are lost when the copy is written again: the book's source is chapters/.
+# Edits there are lost when the copy is written again: the book's source is chapters/. LAB_ARGS reaches JupyterLab
+# (for example LAB_ARGS="--no-browser --port 8889").
+LAB_ARGS ?=
 notebooks: setup colab ## open the chapters in JupyterLab, with their text as the book shows it (_build/colab/)
-	$(BIN)/jupyter lab _build/colab/chapters
+	$(BIN)/jupyter lab _build/colab/chapters $(LAB_ARGS)
 
 # Each chapter's reading and run times, from its words and its stored execution times (tools/chapter_times.py),
 # written into book/generated/chapter_times.md (the landing page includes it) and README.md.
