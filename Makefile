@@ -31,7 +31,7 @@ export PYDEVD_DISABLE_FILE_VALIDATION := 1
 .NOTPARALLEL:
 
 .PHONY: help setup setup-book browser book test lint actionlint pytest nbval test-book export bootstrap dist test-colab colab bump \
-	execute train linkcheck clean
+	execute train linkcheck clean notebooks times
 
 help: ## this list
 	@awk -F ':.*## ' '/^[a-z][a-z-]*:.*## / { printf "  make %-10s %s\n", $$1, $$2 }' $(firstword $(MAKEFILE_LIST))
@@ -43,7 +43,7 @@ setup-book: $(BOOK_STAMP) ## only what building the HTML needs (no PyTorch: the 
 # Re-installs only when pyproject.toml or constraints.txt changed (or .venv is new).
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || { echo "Creating $(VENV) with $(PYTHON)"; $(PYTHON) -m venv $(VENV); }
-	$(BIN)/python -m pip install --quiet -c constraints.txt "torch==2.13.0" -e ".[book,dev]"
+	$(BIN)/python -m pip install --quiet -c constraints.txt "torch==2.13.0" -e ".[book,dev,lab]"
 	@touch $@ $(BOOK_STAMP)
 
 # The book's build reads the notebooks' stored outputs and runs no code: it needs the [book] extra's packages
@@ -150,6 +150,18 @@ test-colab: dist ## run chapters 1 and 10 as on Colab: lowest dependencies, loca
 # branch the Colab buttons open. Like the book, it needs no PyTorch.
 colab: setup-book ## write the chapters as Colab opens them (no MyST markup left) into _build/colab/
 	$(BIN)/python tools/colab.py --out _build/colab
+
+# The reading copy of the chapters (the Colab copy above) opened in JupyterLab, with .venv's kernel (PATH above).
+# Edits there are lost when the copy is written again: the book's source is chapters/. LAB_ARGS reaches JupyterLab
+# (for example LAB_ARGS="--no-browser --port 8889").
+LAB_ARGS ?=
+notebooks: setup colab ## open the chapters in JupyterLab, with their text as the book shows it (_build/colab/)
+	$(BIN)/jupyter lab _build/colab/chapters $(LAB_ARGS)
+
+# Each chapter's reading and run times, from its words and its stored execution times (tools/chapter_times.py),
+# written into book/generated/chapter_times.md (the landing page includes it) and README.md.
+times: setup-book ## write the chapters' reading and run times into the landing page and the README
+	$(BIN)/python tools/chapter_times.py
 
 # bump-my-version writes the version into every file [tool.bumpversion] in pyproject.toml lists.
 bump: setup ## write a new version everywhere: make bump VERSION=x.y.z

@@ -30,11 +30,19 @@ def test_first_code_cell_and_colab_metadata_come_from_the_template(path):
     assert not problems, f"{path.name}: {'; '.join(problems)}. Run `make bootstrap` (tools/bootstrap.py)."
 
 
-def test_the_template_holds_the_version_and_both_sources():
+def test_the_template_holds_the_version_and_all_three_sources_in_order():
     cell = bootstrap.render("9.8.7", "https://example.org/books/transformer")
     assert 'BOOK_VERSION = "9.8.7"' in cell
-    assert 'f"transformer-book=={BOOK_VERSION}"' in cell
-    assert 'f"git+https://example.org/books/transformer@v{BOOK_VERSION}"' in cell
+    sources = ['f"transformer-book=={BOOK_VERSION}"', 'f"git+https://example.org/books/transformer@v{BOOK_VERSION}"',
+               '"git+https://example.org/books/transformer"),']
+    at = [cell.index(source) for source in sources]
+    assert at == sorted(at), "the first cell should try PyPI, then the tag, then the default branch"
+
+
+def test_the_cell_shows_one_line_where_its_code_is_folded():
+    """Colab shows a folded cell (cellView form, tools/colab.py) as its #@title line: the first line says what it is."""
+    first = CELL.splitlines()[0]
+    assert first.startswith("#@title ") and "run this cell first" in first
 
 
 def test_only_chapter_10_asks_colab_for_a_gpu():
@@ -84,22 +92,60 @@ def test_cell_explains_a_wrong_version(tmp_path):
     assert f"Python imports transformer_book 0.0.1, not {VERSION}" in result.stderr
 
 
-def test_cell_on_colab_tries_pypi_then_the_tag_and_says_what_pip_said(tmp_path):
-    # A stand-in for Colab's Python: `python -m pip ...` is logged and fails, as with no release anywhere.
+def _fake_python(tmp_path: Path, script: str) -> Path:
+    """A stand-in for Colab's Python that runs pip: `script` (sh) gets pip's arguments; each call is logged."""
     log = tmp_path / "pip.log"
     fake_python = tmp_path / "fake-python"
-    fake_python.write_text(f'#!/bin/sh\necho "$@" >> {log}\necho "ERROR: No matching distribution" >&2\nexit 1\n')
+    fake_python.write_text(f'#!/bin/sh\necho "$@" >> {log}\n{script}\n')
     fake_python.chmod(0o755)
+    return fake_python
+
+
+def test_cell_on_colab_tries_pypi_then_the_tag_then_the_default_branch_and_names_each_cause(tmp_path):
+    # No release on PyPI, no tag, and the repository cannot be read: every source fails, each for its reason.
+    fake_python = _fake_python(tmp_path, """case "$*" in
+  *git+*@v*) echo "error: pathspec 'v0' did not match any file(s) known to git" >&2 ;;
+  *git+*) echo "remote: Repository not found." >&2 ;;
+  *) echo "ERROR: No matching distribution found for transformer-book" >&2 ;;
+esac
+exit 1""")
     result = _run_cell(tmp_path, _colab_with(fake_python))
     assert result.returncode != 0
-    tried = log.read_text().splitlines()
-    assert tried == [
+    repository = bootstrap.read_repository()
+    assert (tmp_path / "pip.log").read_text().splitlines() == [
         f"-m pip install -q transformer-book=={VERSION}",
-        f"-m pip install -q git+{bootstrap.read_repository()}@v{VERSION}",
+        f"-m pip install -q git+{repository}@v{VERSION}",
+        f"-m pip install -q git+{repository}",
     ]
-    assert "Runtime -> Restart session" not in result.stderr  # a restart cannot help: no release exists
-    assert f"No release of version {VERSION} could be installed (PyPI has no transformer-book {VERSION})" in result.stderr
+    assert "Runtime -> Restart session" not in result.stderr  # a restart cannot help: no source has it
+    assert (f"It could not be installed (PyPI has no transformer-book {VERSION}; the repository has no tag "
+            f"v{VERSION}; the repository cannot be read (is it public?))") in result.stderr
+    assert "no network" not in result.stderr
     assert "pip said:" in result.stderr and "No matching distribution" in result.stderr
+
+
+def test_cell_on_colab_falls_back_to_the_default_branch_and_says_why(tmp_path):
+    fake_python = _fake_python(tmp_path, """case "$*" in
+  *git+*@v*) echo "fatal: Remote branch v0 not found in upstream origin" >&2; exit 1 ;;
+  *git+*) exit 0 ;;
+  *) echo "ERROR: Could not find a version that satisfies the requirement" >&2; exit 1 ;;
+esac""")
+    result = _run_cell(tmp_path, _colab_with(fake_python))
+    assert len((tmp_path / "pip.log").read_text().splitlines()) == 3
+    assert (f"Installed transformer-book from the default branch (PyPI has no transformer-book {VERSION}; "
+            f"the repository has no tag v{VERSION}).") in result.stdout
+    # The stand-in installed nothing, so the package still does not import: the advice is a restart.
+    assert result.returncode != 0 and "Runtime -> Restart session" in result.stderr
+
+
+def test_cell_on_colab_without_network_stops_after_the_first_try_and_says_so(tmp_path):
+    fake_python = _fake_python(
+        tmp_path, 'echo "Failed to establish a new connection: [Errno 101] Network is unreachable" >&2; exit 1')
+    result = _run_cell(tmp_path, _colab_with(fake_python))
+    assert len((tmp_path / "pip.log").read_text().splitlines()) == 1
+    assert result.returncode != 0
+    assert "no network connection (trying PyPI)" in result.stderr and "Disconnect and delete runtime" in result.stderr
+    assert "PyPI has no" not in result.stderr
 
 
 def _colab_whose_pip_says(tmp_path: Path, message: str, status: int) -> str:
@@ -125,8 +171,10 @@ def _colab_with(fake_python: Path) -> str:
 
 
 @pytest.mark.parametrize("pip_says, status, advice", [
-    ("Failed to establish a new connection: [Errno 101] Network is unreachable", 1, "has no network connection"),
-    ("error: pathspec 'v0.0.0' did not match any file(s) known to git", 1, "the book's repository has no tag v"),
+    ("Failed to establish a new connection: [Errno 101] Network is unreachable", 1, "no network connection"),
+    ("error: pathspec 'v0.0.0' did not match any file(s) known to git", 1, "the repository has no tag v"),
+    ("ERROR: No matching distribution found", 1, "PyPI has no transformer-book"),
+    ("Killed", 1, "the default branch: pip failed (its message is below)"),
     ("", 0, "Runtime -> Restart session, then run this cell again."),  # installed; the old copy is loaded
 ])
 def test_cell_on_colab_names_why_the_version_is_missing(tmp_path, pip_says, status, advice):

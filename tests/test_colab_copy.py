@@ -2,8 +2,9 @@
 
 Every chapter is converted into a temporary folder and rendered as Jupyter renders it, with nbconvert's
 Markdown and HTML exporters. The rendering must hold no MyST syntax (`{glue`, a ```{ or :::{ directive, a
-`{cite`, `{numref`, `{ref` or `{doc` role) and no exercise solution outside a closed `<details>` element. The
-checker is tried on bad notebooks too: the unconverted chapters and solutions left open.
+`{cite`, `{numref`, `{ref` or `{doc` role), no Markdown table left as a line of pipes (a table inside a box), no
+exercise solution outside a closed `<details>` element, and no nbdev directive line (`#|`) in the code. The checker
+is tried on bad notebooks too: the unconverted chapters, solutions left open, a table left as text.
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ MYST = ["{glue", "```{", ":::{", "{cite", "{numref", "{ref", "{doc"]
 DROPDOWN = re.compile(r"^(`{3,}|:{3,})\{admonition\}[^\n]*\n((?:\s*:[\w-]+:[^\n]*\n)*)(.*?)^\1\s*$",
                       re.MULTILINE | re.DOTALL)
 PLAIN_LINE = re.compile(r"^[A-Za-z0-9 ,.;'()-]+$")
+# A table's rule row (`| --- | ---: |`) in the text a reader sees: the table was not rendered as one.
+TABLE_AS_TEXT = re.compile(r"\|\s*:?-{3,}:?\s*\|")
+DIRECTIVE_LINE = re.compile(r"^[ \t]*#\|.*(?:\n|$)", re.MULTILINE)
 
 
 class _Text(HTMLParser):
@@ -103,6 +107,10 @@ def rendering_problems(nb: nbformat.NotebookNode, source_nb: nbformat.NotebookNo
             if syntax in rendered:
                 at = rendered.index(syntax)
                 problems.append(f"{syntax!r} in the {where} rendering: ...{_squash(rendered[at:at + 60])}...")
+    for where, rendered in (("shown", shown), ("folded", folded)):
+        if match := TABLE_AS_TEXT.search(rendered):
+            at = match.start()
+            problems.append(f"a Markdown table left as text ({where}): ...{rendered[max(0, at - 40):at + 40]}...")
     if text.open_details:
         problems.append(f"{text.open_details} <details> element(s) open before the reader opens them")
     samples = solution_samples(source_nb)
@@ -114,6 +122,12 @@ def rendering_problems(nb: nbformat.NotebookNode, source_nb: nbformat.NotebookNo
         elif _squash(sample) not in folded:
             problems.append(f"a solution is missing from the rendering: {sample[:60]!r}")
     return problems
+
+
+def code_problems(nb: nbformat.NotebookNode) -> list[str]:
+    """nbdev directive lines (`#| export`, ...) left in the code a reader sees."""
+    return [f"cell {cell.get('id')}: {line.strip()!r}" for cell in nb.cells if cell.cell_type == "code"
+            for line in cell.source.splitlines() if DIRECTIVE_LINE.match(line)]
 
 
 @pytest.fixture(scope="module")
@@ -138,13 +152,39 @@ def test_jupyter_renders_the_copy_without_myst(copy, path):
 
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
-def test_the_copy_keeps_every_code_cell(copy, path):
-    """Code and the set-up cell are as on main: the copy runs as the chapter does."""
+def test_the_copy_keeps_every_code_cell_without_nbdev_directives(copy, path):
+    """Code and the set-up cell are as on main less the `#|` lines (tooling): the copy runs as the chapter does."""
     source = nbformat.read(path, as_version=4)
     converted = nbformat.read(copy / path.relative_to(REPO_ROOT), as_version=4)
+    assert not code_problems(converted), f"{path.name}: nbdev directives left in the copy: {code_problems(converted)}"
+    code_cells = [c for c in source.cells if c.cell_type == "code"]
+    kept = [DIRECTIVE_LINE.sub("", c.source).lstrip("\n") for c in code_cells]
     assert [c.source for c in converted.cells if c.cell_type == "code"] == \
-           [c.source for c in source.cells if c.cell_type == "code"]
+           [code for code, cell in zip(kept, code_cells) if code.strip() or cell.outputs]
     assert converted.metadata.get("colab") == source.metadata.get("colab")
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_the_set_up_cell_shows_one_line_on_colab(copy, path):
+    """Colab shows a cell with `cellView: form` as its `#@title` line, its code folded behind "Show code"."""
+    converted = nbformat.read(copy / path.relative_to(REPO_ROOT), as_version=4)
+    setup = next(c for c in converted.cells if c.cell_type == "code")
+    assert setup.source.startswith("#@title "), f"{path.name}: the set-up cell has no Colab title line"
+    assert setup.metadata.get("cellView") == "form", f"{path.name}: the set-up cell's code is not folded on Colab"
+
+
+def test_the_unconverted_chapters_hold_nbdev_directives_the_check_finds():
+    source = nbformat.read(REPO_ROOT / "chapters" / "06_the_transformer.ipynb", as_version=4)
+    assert len(code_problems(source)) > 5
+
+
+def test_a_table_inside_a_box_becomes_an_html_table():
+    conv = colab.Converter({}, {}, "https://example.org/", "chapters/x.ipynb")
+    out = conv.convert("```{note}\nRuns:\n\n| run | min |\n| --- | ---: |\n| `cpu` **2 cores** | 56 |\n```")
+    assert "> <table>" in out and "| --- |" not in out
+    assert '<td><code>cpu</code> <strong>2 cores</strong></td><td style="text-align: right">56</td>' in out
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(out)])
+    assert rendering_problems(nb, nb) == []
 
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
@@ -249,6 +289,7 @@ SOLUTION = "The answer is that the rows of the weights sum to one in every case 
     (f"<details open>\n<summary>Solution</summary>\n\n{SOLUTION}.\n\n</details>", "open before the reader"),
     ("See {ref}`the plot <a-plot>` and {numref}`fig-1` and {doc}`setup`.", "'{ref'"),
     ("::: {note}\ntext\n:::\n\n:::{note}\ntext\n:::", "':::{'"),
+    ("> **Note**\n>\n> | run | min |\n> | --- | ---: |\n> | cpu | 56 |", "a Markdown table left as text"),
     (f"<details>\n<summary>Solution</summary>\n\n{SOLUTION}.\n\n</details>", None),
 ])
 def test_the_check_catches_a_bad_notebook(markdown, expected):

@@ -75,7 +75,10 @@ ALLOWED: dict[str, dict[str, str]] = {
         "0.9": "the paper's Adam beta_1",
         "0.98": "the paper's Adam beta_2",
     },
-    "setup.md": {"3.11": "the Python version the book needs"},
+    "setup.md": {
+        "3.11": "the Python version the book needs",
+        "0.6": "the paper's length penalty alpha, the command line's default",
+    },
 }
 
 

@@ -1,8 +1,10 @@
 """Write every chapter's first code cell, and its Colab metadata, from one template (`make bootstrap`).
 
 The first code cell of every chapter is the same: on Colab it installs this book's package at the book's
-version (from PyPI, else from the release's tag in the repository), and everywhere it stops with advice when
-Python cannot import that version. The version comes from pyproject.toml and the repository's address from
+version, trying in order PyPI, the release's tag in the repository, then the repository's default branch (the
+code the Colab copy was made from), and names what stopped each (no network, no release on PyPI, no tag).
+Everywhere it stops with advice when Python cannot import that version. Its first line is a Colab form title:
+the Colab copy folds the cell's code (tools/colab.py), so a reader there sees that one line. The version comes from pyproject.toml and the repository's address from
 _config.yml, so `make bump VERSION=x.y.z` and a new repository address reach every chapter in one step.
 
     python tools/bootstrap.py          # rewrite the cells and metadata that differ
@@ -31,8 +33,9 @@ CELL_TAGS = ["hide-input"]
 
 # `$version` and `$repository` are filled in; the braces belong to the cell's own f-strings.
 TEMPLATE = string.Template('''\
-# Set-up, the same first cell in every chapter. On Colab it installs this book's package at the book's
-# version; anywhere, it stops here with advice when Python cannot import that version.
+#@title Set-up: run this cell first (on Colab it installs the book's package)
+# The same first cell in every chapter. On Colab it installs this book's package at the book's version;
+# anywhere, it stops here with advice when Python cannot import that version.
 import importlib
 import numbers
 import os
@@ -56,36 +59,42 @@ def _imported_book_version() -> str | None:
     return transformer_book.__version__
 
 
-_pip_errors, _installed = "", False
+_pip_errors, _installed, _causes = "", None, []
+_OFFLINE = ("Could not resolve", "Failed to establish", "Network is unreachable", "Temporary failure in name")
+
+
+def _why_failed(where: str, pip_said: str) -> str:
+    """What stopped pip at one source, as its messages tell: no network, no such release, no tag, or pip's words."""
+    if any(sign in pip_said for sign in _OFFLINE):
+        return f"no network connection (trying {where})"
+    if "No matching distribution" in pip_said or "Could not find a version" in pip_said:
+        return f"PyPI has no transformer-book {BOOK_VERSION}"
+    if "did not match any" in pip_said or "not found in upstream" in pip_said:
+        return f"the repository has no tag v{BOOK_VERSION}"
+    if "Repository not found" in pip_said or "could not read Username" in pip_said:
+        return "the repository cannot be read (is it public?)"
+    return f"{where}: pip failed (its message is below)"
+
+
 if ON_COLAB and _imported_book_version() != BOOK_VERSION:
-    for _source in (
-        f"transformer-book=={BOOK_VERSION}",  # the release on PyPI, else the same release from its tag:
-        f"git+$repository@v{BOOK_VERSION}",
+    for _where, _source in (  # in order: the release on PyPI, the same release from its tag, the newest code
+        ("PyPI", f"transformer-book=={BOOK_VERSION}"),
+        (f"the tag v{BOOK_VERSION}", f"git+$repository@v{BOOK_VERSION}"),
+        ("the default branch", "git+$repository"),
     ):
         _pip = subprocess.run(
             [sys.executable, "-m", "pip", "install", "-q", _source], capture_output=True, text=True
         )
-        _pip_errors += _pip.stderr
         if _pip.returncode == 0:
-            _installed = True
+            _installed = _where
             break
+        _pip_errors += _pip.stderr
+        _causes.append(_why_failed(_where, _pip.stderr))
+        if "no network" in _causes[-1]:
+            break  # the other sources need the network too
     importlib.invalidate_caches()
-
-
-def _why_not_installed(pip_said: str) -> str:
-    """Why neither PyPI nor the repository gave this version, as pip's messages tell it, and what to do."""
-    offline = ("Could not resolve", "Failed to establish", "Network is unreachable", "Temporary failure in name")
-    if any(sign in pip_said for sign in offline):
-        return ("This session has no network connection: Runtime -> Disconnect and delete runtime, then run "
-                "this cell again.")
-    causes = []
-    if "No matching distribution" in pip_said or "Could not find a version" in pip_said:
-        causes.append(f"PyPI has no transformer-book {BOOK_VERSION}")
-    if any(sign in pip_said for sign in ("did not match any", "not found in upstream", "Repository not found")):
-        causes.append(f"the book's repository has no tag v{BOOK_VERSION}")
-    return (f"No release of version {BOOK_VERSION} could be installed ({'; '.join(causes) or 'see pip below'}): "
-            f"open this chapter from a released version of the book.")
-
+    if _installed and _causes:
+        print(f"Installed transformer-book from {_installed} ({'; '.join(_causes)}).")
 
 if (_found := _imported_book_version()) != BOOK_VERSION:
     _problem = (
@@ -94,10 +103,13 @@ if (_found := _imported_book_version()) != BOOK_VERSION:
     )
     if not ON_COLAB:
         _fix = "In the book's folder run `make setup` and use the kernel of .venv, or run `pip install -e .` there."
-    elif _installed or not _pip_errors:  # installed, but an older copy is already loaded
+    elif _installed or not _causes:  # installed, but an older copy is already loaded
         _fix = "Runtime -> Restart session, then run this cell again."
+    elif any("no network" in cause for cause in _causes):
+        _fix = (f"It could not be installed ({'; '.join(_causes)}): Runtime -> Disconnect and delete runtime, "
+                "then run this cell again.")
     else:
-        _fix = _why_not_installed(_pip_errors)
+        _fix = f"It could not be installed ({'; '.join(_causes)})."
     _pip_said = f"\\npip said:\\n{_pip_errors[-2000:]}" if _pip_errors else ""
     raise ImportError(f"This chapter needs transformer_book {BOOK_VERSION}: {_problem}. {_fix}{_pip_said}")
 

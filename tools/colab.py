@@ -12,7 +12,11 @@ chapter, with the same relative paths, that any notebook front end renders:
 - a citation becomes "(Author et al., year)", linked to the paper;
 - a link to another page of the book points at that page of the published book (html.baseurl in _config.yml).
 
-Code cells and their outputs are kept as they are; the outputs that only carried glued values are dropped. A code
+A pipe table inside a box becomes an HTML table: Jupyter's Markdown (nbconvert's, at least) leaves a table inside a
+block quote as a line of pipes.
+
+Code cells keep their code without nbdev's directive lines (`#| export`, ...: tooling, not code a reader writes;
+a cell left empty by that is dropped), and their outputs; the outputs that only carried glued values are dropped. A code
 cell the page folds (tags hide-input, hide-cell, hide-output) is folded there too: its cell metadata gets Colab's
 `cellView: form` (code hidden behind "Show code") and Jupyter's `source_hidden`/`outputs_hidden`, so the page's
 "the folded cell" reads true on Colab and in JupyterLab.
@@ -23,7 +27,8 @@ beside it. `.github/workflows/book.yml` publishes the copy to the branch that th
     python tools/colab.py                  # writes _build/colab/
     python tools/colab.py --out DIR        # writes DIR/chapters/... instead
 
-tests/test_colab_copy.py renders the copy as Jupyter does (nbconvert) and fails on any MyST left in it.
+tests/test_colab_copy.py renders the copy as Jupyter does (nbconvert) and fails on any MyST left in it, on a
+pipe table left as text and on a `#|` line.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ import argparse
 import ast
 import base64
 import codecs
+import html
 import re
 import shutil
 import sys
@@ -41,6 +47,9 @@ import latexcodec  # noqa: F401  (registers the "ulatex" codec used for authors'
 import nbformat
 import yaml
 from pybtex.database import parse_file
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from sphinx_clean_cells import strip_directives  # noqa: E402  (the book's page drops the same `#|` lines)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 GLUE_PREFIX = "application/papermill.record/"
@@ -65,6 +74,8 @@ CODE_FENCE = re.compile(r"^\s*(`{3,}|~{3,})")
 OPTION = re.compile(r"^\s*:(?P<key>[\w-]+):\s*(?P<value>.*)$")
 ROLE = re.compile(r"\{(?P<name>[a-z][\w:-]*)\}`(?P<content>[^`]+)`")
 LINK = re.compile(r"\]\((?P<target>[^)\s]+)\)")
+TABLE_ROW = re.compile(r"^\s*\|.*\|\s*$")
+TABLE_RULE = re.compile(r"^\s*\|(\s*:?-{3,}:?\s*\|)+\s*$")
 
 
 class ConversionError(ValueError):
@@ -104,6 +115,57 @@ def format_plain_text(text: str, fmt: str) -> str:
 def _plain_name(latex: str) -> str:
     """A name from BibTeX (`Kaiser, {\\L}ukasz`) as text (Łukasz)."""
     return codecs.decode(latex, "ulatex").replace("{", "").replace("}", "")
+
+
+def _cells(row: str) -> list[str]:
+    return [cell.strip() for cell in re.split(r"(?<!\\)\|", row.strip())[1:-1]]
+
+
+def _inline_html(text: str) -> str:
+    """A table cell's Markdown as HTML: `code`, **bold**, *italic* and [links](url); math ($...$) stays for MathJax."""
+    parts = re.split(r"(`[^`]+`)", text)
+    out = []
+    for part in parts:
+        if part.startswith("`") and part.endswith("`") and len(part) > 1:
+            out.append(f"<code>{html.escape(part[1:-1])}</code>")
+            continue
+        part = html.escape(part, quote=False)
+        part = re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", part)
+        part = re.sub(r"(?<![*\w])\*(?!\s)(.+?)(?<!\s)\*(?![*\w])", r"<em>\1</em>", part)
+        part = re.sub(r"\[([^\]]+)\]\(([^)\s]+)\)", r'<a href="\2">\1</a>', part)
+        out.append(part)
+    return "".join(out)
+
+
+def _html_row(cells: list[str], tag: str, aligns: list[str]) -> str:
+    styled = [f' style="text-align: {a}"' if a else "" for a in aligns + [""] * len(cells)]
+    return "<tr>" + "".join(f"<{tag}{style}>{_inline_html(c)}</{tag}>" for c, style in zip(cells, styled)) + "</tr>"
+
+
+def pipe_tables_as_html(markdown: str) -> str:
+    """`markdown` with each pipe table (a head row, a rule row, body rows) written as one HTML table, no blank line in it."""
+    lines, out, i = markdown.split("\n"), [], 0
+    while i < len(lines):
+        if i + 1 < len(lines) and TABLE_ROW.match(lines[i]) and TABLE_RULE.match(lines[i + 1]):
+            aligns = []
+            for rule in _cells(lines[i + 1]):
+                aligns.append("center" if rule.startswith(":") and rule.endswith(":")
+                              else "right" if rule.endswith(":") else "left" if rule.startswith(":") else "")
+            end = i + 2
+            while end < len(lines) and TABLE_ROW.match(lines[end]):
+                end += 1
+
+            out.append("<table>")
+            out.append(f"<thead>{_html_row(_cells(lines[i]), 'th', aligns)}</thead>")
+            out.append("<tbody>")
+            out.extend(_html_row(_cells(line), "td", aligns) for line in lines[i + 2:end])
+            out.append("</tbody>")
+            out.append("</table>")
+            i = end
+            continue
+        out.append(lines[i])
+        i += 1
+    return "\n".join(out)
 
 
 def load_citations(bib_file: Path) -> dict[str, tuple[str, str, str]]:
@@ -196,7 +258,7 @@ class Converter:
             inner = self.convert(body).strip("\n")
             if "dropdown" in options.get("class", "").split():
                 return f"<details>\n<summary>{self.inline(title)}</summary>\n\n{inner}\n\n</details>"
-            lines = [f"**{self.inline(title)}**", "", *inner.splitlines()]
+            lines = [f"**{self.inline(title)}**", "", *pipe_tables_as_html(inner).splitlines()]
             return "\n".join(f"> {line}".rstrip() for line in lines)
         if name == "container":  # a class for the book's stylesheet (such as cards-on-phone): the body stays
             return self.convert(body).strip("\n")
@@ -258,9 +320,11 @@ def convert_notebook(nb: nbformat.NotebookNode, citations: dict, baseurl: str, p
         if cell.cell_type == "markdown":
             cell.source = converter.convert(cell.source)
         elif cell.cell_type == "code":
+            cell.source = strip_directives(cell.source)
             cell.outputs = [o for o in cell.outputs
                             if not any(key.startswith(GLUE_PREFIX) for key in o.get("data", {}))]
             fold_as_the_page_does(cell)
+    nb.cells = [cell for cell in nb.cells if cell.cell_type != "code" or cell.source.strip() or cell.outputs]
     return nb
 
 

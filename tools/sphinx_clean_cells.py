@@ -26,7 +26,7 @@ from typing import Any
 from docutils import nodes
 
 # How the set-up cell's template begins (tools/bootstrap.py; tests/test_sphinx_clean_cells.py keeps them equal).
-SETUP_FIRST_LINE = "# Set-up, the same first cell in every chapter."
+SETUP_FIRST_LINE = "#@title Set-up: run this cell first"
 # An nbdev directive: a comment line that starts with `#|` (nbdev reads only such lines at the top of a cell,
 # but a directive line anywhere is tooling, so all are dropped).
 DIRECTIVE = re.compile(r"^[ \t]*#\|.*(?:\n|$)", re.MULTILINE)

@@ -280,6 +280,7 @@ _OPEN_FOLDED_JS = """
 # Runs at phone width: what sticks out of the screen or is cut off by a box that does not scroll.
 _PHONE_JS = r"""
 () => {
+  const SVG_MIN_SCALE = 0.78;
   const clippedMath = [];
   for (const m of document.querySelectorAll('article mjx-container[display="true"]')) {
     if (!m.getClientRects().length) continue;
@@ -297,14 +298,31 @@ _PHONE_JS = r"""
     if (!verdict && (r.right > window.innerWidth + 1 || r.left < -1)) verdict = 'clipped';
     if (verdict === 'clipped') clippedMath.push((m.closest('.math') || m).textContent.trim().slice(0, 50));
   }
+  // An image wider than the screen is fine only inside a box that scrolls sideways and itself fits the screen.
+  const inScrollingBox = img => {
+    for (let el = img.parentElement; el && el !== document.body; el = el.parentElement) {
+      const box = el.getBoundingClientRect();
+      if (['auto', 'scroll'].includes(getComputedStyle(el).overflowX))
+        return box.right <= window.innerWidth + 1 && box.left >= -1;
+    }
+    return false;
+  };
   const wideFigures = Array.from(document.querySelectorAll('article img'))
     .filter(img => { const r = img.getBoundingClientRect(); return r.width > 0 && (r.right > window.innerWidth + 1 || r.left < -1); })
+    .filter(img => !inScrollingBox(img))
+    .map(img => img.getAttribute('src'));
+  // A drawing (SVG) shown at less than SVG_MIN_SCALE of its own size: the book's drawings set their smallest labels
+  // at 11.5 px, which then fall under 9 px.
+  const smallDrawings = Array.from(document.querySelectorAll('article figure img'))
+    .filter(img => /\.svg$/.test(img.getAttribute('src') || '') && img.naturalWidth > 0)
+    .filter(img => img.getBoundingClientRect().width / img.naturalWidth < SVG_MIN_SCALE)
     .map(img => img.getAttribute('src'));
   // A table wider than its box by more than a border's width: its last columns are off the screen.
   const wideTables = Array.from(document.querySelectorAll('article table'))
     .filter(t => t.scrollWidth > t.parentElement.clientWidth + 2)
     .map(t => [(t.querySelector('th, td') || t).textContent.trim().slice(0, 40), Boolean(t.closest('.cards-on-phone'))]);
-  return {overflow: document.documentElement.scrollWidth - window.innerWidth, clippedMath, wideFigures, wideTables};
+  return {overflow: document.documentElement.scrollWidth - window.innerWidth, clippedMath, wideFigures, wideTables,
+          smallDrawings};
 }
 """
 
@@ -468,13 +486,16 @@ class BookChecker:
             # What the folded solutions and cells hold must fit a phone too, once a reader opens them.
             tab.evaluate(_OPEN_FOLDED_JS)
             phone = tab.evaluate(_PHONE_JS)
-            checks += 4
+            checks += 5
             if phone["overflow"] > 1:
                 problems.append(f"at phone width ({PHONE['width']} px) the page scrolls sideways by {phone['overflow']} px")
             for tex in phone["clippedMath"]:
                 problems.append(f"at phone width a display equation is cut off instead of scrolling in its box: {tex!r}")
             for src in phone["wideFigures"]:
                 problems.append(f"at phone width a figure sticks out of the screen: {src}")
+            for src in phone["smallDrawings"]:
+                problems.append(f"at phone width a drawing is shrunk until its labels cannot be read: {src} (give its "
+                                f"figure `:figclass: scroll-on-phone`, book.css)")
             for head, carded in phone["wideTables"]:
                 if carded:
                     problems.append(f"at phone width a cards-on-phone table scrolls sideways instead of showing a "

@@ -76,6 +76,10 @@ except ImportError:
 step  loss  accuracy  tokens/s  seconds  learning rate  gradient norm  skipped  memory</pre></div></div>""",
     "clipped_math.html": r'<div class="math notranslate nohighlight" style="overflow: hidden">\[LONG_SUM\]</div>',
     "wide_figure.html": '<img src="_images/figure.png" alt="a figure drawn wider than a phone" style="width: 600px">',
+    # A wide drawing fitted to a phone's width (labels too small), and the same drawing scrolling in its box.
+    "small_drawing.html": '<figure><img src="_images/drawing.svg" alt="a wide drawing" style="width: 100%"></figure>',
+    "scrolling_drawing.html": '<figure><a style="display: block; overflow-x: auto"><img src="_images/drawing.svg" '
+                              'alt="a wide drawing" style="width: 100%; min-width: 660px"></a></figure>',
     "uncarded_table.html": '<div class="cards-on-phone"><table><thead><tr><th>Family</th><th>What it changes</th></tr>'
                            '</thead><tbody><tr><td>Longformer</td><td style="white-space: nowrap">a sliding window, '
                            'plus a few global tokens that attend to every position</td></tr></tbody></table></div>',
@@ -123,6 +127,9 @@ def fixture_site(tmp_path_factory) -> Site:
         shutil.copy(_package_dir("sphinx_togglebutton") / "_static" / asset, static / asset)
     (root / "_images").mkdir()
     (root / "_images" / "figure.png").write_bytes(PNG)
+    (root / "_images" / "drawing.svg").write_text(
+        '<svg xmlns="http://www.w3.org/2000/svg" width="820" height="200" viewBox="0 0 820 200">'
+        '<text x="10" y="100" font-size="11.5">a label</text></svg>', encoding="utf-8")
     for name, body in PAGES.items():
         title = name.removesuffix(".html")
         body = re.sub(r"LAUNCH\(([^)]+)\)", lambda m: LAUNCH.format(notebook=m.group(1)), body)
@@ -218,6 +225,14 @@ def test_equation_cut_off_on_a_phone_is_caught(reports):
 
 def test_figure_wider_than_a_phone_is_caught(reports):
     _assert_caught(reports["wide_figure.html"], "at phone width a figure sticks out of the screen: _images/figure.png")
+
+
+def test_drawing_too_small_to_read_on_a_phone_is_caught(reports):
+    _assert_caught(reports["small_drawing.html"], "a drawing is shrunk until its labels cannot be read: _images/drawing.svg")
+
+
+def test_drawing_scrolling_in_its_box_on_a_phone_passes(reports):
+    assert not reports["scrolling_drawing.html"].problems, format_problems(reports["scrolling_drawing.html"])
 
 
 def test_cards_on_phone_table_that_still_scrolls_is_caught(reports):
