@@ -124,7 +124,8 @@ def refuse_a_damaged_run_folder(out: Path) -> None:
         missing = [f"{last.name}/checkpoint.json"] if not (last / "checkpoint.json").exists() else []
         missing += [] if (out / "tokenizer.json").exists() else ["tokenizer.json"]
     else:
-        missing = ["last/"] if any(existing(out / name).exists() for name in ("best", "snapshots")) else []
+        trained = existing(out / "best").exists() or any((out / "snapshots").glob("step-*"))
+        missing = ["last/"] if trained else []
     if missing:
         raise ValueError(
             f"{out} has lost {' and '.join(missing)}, so training there would start afresh over its best/ weights; "
