@@ -493,9 +493,11 @@ def small_tokenizer():
 
 
 def test_special_ids(small_tokenizer):
-    assert SPECIAL_TOKENS == ["<pad>", "<s>", "</s>", "<unk>"]
-    assert (PAD_ID, BOS_ID, EOS_ID, UNK_ID) == (0, 1, 2, 3)
-    assert [small_tokenizer.token_to_id(t) for t in SPECIAL_TOKENS] == [0, 1, 2, 3]
+    # The trained tokenizer and the package's named ids agree: each id names its own special token, and the
+    # special tokens take the first ids, before every learned piece.
+    ids = (PAD_ID, BOS_ID, EOS_ID, UNK_ID)
+    assert [small_tokenizer.token_to_id(SPECIAL_TOKENS[i]) for i in ids] == list(ids)
+    assert sorted(small_tokenizer.token_to_id(t) for t in SPECIAL_TOKENS) == list(range(len(SPECIAL_TOKENS))) == sorted(ids)
     assert small_tokenizer.get_vocab_size() == 600
     assert all(i not in (PAD_ID, BOS_ID, EOS_ID) for de, en in SAMPLE for i in encode(small_tokenizer, de + en))
 

@@ -7,6 +7,7 @@ from types import SimpleNamespace
 import pytest
 import sacrebleu
 import torch
+from hostreads import reads_with_steps
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
@@ -553,30 +554,31 @@ def test_one_token_id_rule_for_masks_model_and_decoders(model, dtype):
     greedy_decode(model, src.int(), 5, BOS_ID, EOS_ID)
 
 
-def count_id_checks(monkeypatch) -> list[tuple[int, ...]]:
-    """Record the shape of every tensor whose id range is read back to the host (checks.id_range)."""
-    from transformer_book import checks
+def assert_one_read_per_step(decode, once_at_most: int):
+    """A decoder reads back one thing per step, whether every sentence has ended (it cannot stop without
+    knowing); everything else, the source's checks included, is read a fixed number of times, not per step."""
+    src = random_src([5, 3], 12, seed=0)  # (2, 5)
 
-    seen, real = [], checks.id_range
-    monkeypatch.setattr(checks, "id_range", lambda tokens: seen.append(tuple(tokens.shape)) or real(tokens))
-    return seen
+    def run(steps):
+        out = decode(random_model(0), src, steps)  # eos_id -1: never stops, so exactly `steps` steps run
+        assert out.shape == (2, steps + 1)
+
+    once, per_step = reads_with_steps(run, few=10, many=20)
+    assert list(per_step.values()) == [10], f"one read per step, at one line; got {per_step} more for 10 more steps"
+    assert once.total() - 10 <= once_at_most, f"reads outside the loop: {once}"
 
 
 @pytest.mark.parametrize("use_cache", [True, False])
-def test_greedy_decoding_checks_the_ids_once_not_at_every_step(monkeypatch, use_cache):
-    seen = count_id_checks(monkeypatch)
-    src = random_src([5, 3], 12, seed=0)  # (2, 5)
-    out = greedy_decode(random_model(0), src, 20, BOS_ID, -1, use_cache=use_cache)  # -1: never stops
-    assert out.shape == (2, 21)  # 20 steps ran
-    assert seen == [(2, 5)], f"the source only, once; got {seen}"
+def test_greedy_decoding_reads_back_once_per_step_and_checks_the_ids_once(use_cache):
+    # Outside the loop: the source's all-padding rows and its id range (checks.id_range), 2 reads.
+    assert_one_read_per_step(
+        lambda model, src, steps: greedy_decode(model, src, steps, BOS_ID, -1, use_cache=use_cache), once_at_most=2
+    )
 
 
-def test_beam_search_checks_the_ids_once_not_at_every_step(monkeypatch):
-    seen = count_id_checks(monkeypatch)
-    src = random_src([5, 3], 12, seed=0)
-    out = beam_search(random_model(0), src, 3, 20, BOS_ID, -1)
-    assert out.shape == (2, 21)
-    assert seen == [(2, 5)], f"the source only, once; got {seen}"
+def test_beam_search_reads_back_once_per_step_and_checks_the_ids_once():
+    # Outside the loop: the source's two checks, and picking each sentence's finished hypotheses at the end (2).
+    assert_one_read_per_step(lambda model, src, steps: beam_search(model, src, 3, steps, BOS_ID, -1), once_at_most=4)
 
 
 @pytest.mark.parametrize(

@@ -58,11 +58,12 @@ def reader(check: str, compute):
     return compute
 
 
-def with_mistake(check: str, output, pick: int):
-    """An implementation with exactly one known mistake: its output is the mistake's (the `pick`-th way of it)."""
+def with_mistake(check: str, output, way: int):
+    """An implementation with exactly one known mistake: its output is the mistake's (its `way`-th way, where the
+    mistake's output lists several)."""
 
     def chosen(value):
-        return value[pick] if isinstance(value, list) else value
+        return value[way] if isinstance(value, list) else value
 
     adapters = {
         "check_attention": lambda q, k, v, mask=None: chosen(output((q, k, v, mask))),
@@ -107,16 +108,39 @@ BOOK = {
 }
 CLASS_CHECKS = {"check_multi_head_attention", "check_encoder_layer", "check_rms_norm", "check_label_smoothing"}
 CHECKS = list(MISTAKES_BY_CHECK)
-MISTAKE_CASES = [
-    pytest.param(check, i, pick, id=f"{check}-{i}-{pick}")
-    for check, (_, mistakes) in MISTAKES_BY_CHECK.items()
-    for i in range(len(mistakes))
-    for pick in range(3)
-]
 
 
 def run(check: str, implementation):
     return MISTAKES_BY_CHECK[check][0](implementation, verbose=False)
+
+
+class Ways(BaseException):  # not an Exception: the check lets it through instead of reporting it
+    pass
+
+
+def ways_of(check: str, mistake) -> int:
+    """In how many ways the mistake is made: its output lists one output per way where there are several (an
+    inverted mask filled three ways), or is the output itself. Read from its output on the check's first case,
+    by starting the check on an implementation that makes the mistake."""
+
+    def output(inputs):
+        value = mistake.output(inputs)
+        raise Ways(len(value) if isinstance(value, list) else 1)
+
+    try:
+        run(check, with_mistake(check, output, 0))
+    except Ways as answer:
+        return answer.args[0]
+    raise AssertionError(f"{check} never ran an implementation that makes {mistake.name!r}")
+
+
+# One case per way of making each mistake, generated from the mistakes themselves: nothing to skip.
+MISTAKE_CASES = [
+    pytest.param(check, i, way, id=f"{check}-{i}-{way}")
+    for check, (_, mistakes) in MISTAKES_BY_CHECK.items()
+    for i, mistake in enumerate(mistakes)
+    for way in range(ways_of(check, mistake))
+]
 
 
 def test_the_table_holds_enough_mistakes():
@@ -133,19 +157,35 @@ def test_the_books_implementation_passes(check):
     assert all(line.startswith("  ok") for line in result.lines[1:-1]), str(result)
 
 
-@pytest.mark.parametrize(("check", "index", "pick"), MISTAKE_CASES)
-def test_each_mistake_gets_its_diagnosis(check, index, pick):
-    mistake = MISTAKES_BY_CHECK[check][1][index]
-    sample = mistake.output  # a mistake made in several ways lists the outputs of each: try every way
-    ways = 3 if check in ("check_attention",) and mistake.name == "the mask is inverted" else 1
-    if check in ("check_padding_mask", "check_causal_mask") and "floats" in mistake.name:
-        ways = 2
-    if pick >= ways:
-        pytest.skip("this mistake is made in fewer ways")
-    result = run(check, with_mistake(check, sample, pick))
+def assert_diagnosed(check: str, implementation, mistake):
+    """The check fails `implementation` and names exactly `mistake`, in its report too."""
+    result = run(check, implementation)
     assert not result, f"{mistake.name}: passed\n{result}"
     assert result.diagnoses == [mistake.name], f"{mistake.name}: diagnosed as {result.diagnoses}\n{result}"
     assert f"likely mistake: {mistake.name}." in str(result)
+
+
+@pytest.mark.parametrize(("check", "index", "way"), MISTAKE_CASES)
+def test_each_mistake_gets_its_diagnosis(check, index, way):
+    mistake = MISTAKES_BY_CHECK[check][1][index]
+    assert_diagnosed(check, with_mistake(check, mistake.output, way), mistake)
+
+
+def test_every_way_of_a_mistake_is_a_case_of_its_own():
+    # The inverted attention mask is filled in three ways, a float mask in two: each way runs, none is skipped.
+    cases = {(p.values[0], p.values[1]) for p in MISTAKE_CASES}
+    mistakes = sum(len(m) for _, m in MISTAKES_BY_CHECK.values())
+    assert len(cases) == mistakes and len(MISTAKE_CASES) > mistakes, (len(MISTAKE_CASES), mistakes)
+
+
+@pytest.mark.parametrize("check", CHECKS)
+def test_a_mistake_is_not_taken_for_another(check):
+    # The diagnosis test can fail: each mistake's output, offered as the next mistake of the same check, is told
+    # apart (a check that named every wrong output after its first mistake would pass no case of this test).
+    mistakes = MISTAKES_BY_CHECK[check][1]
+    for made, claimed in zip(mistakes, mistakes[1:] + mistakes[:1]):
+        with pytest.raises(AssertionError, match="diagnosed as"):
+            assert_diagnosed(check, with_mistake(check, made.output, 0), claimed)
 
 
 def _degenerate(check: str, kind: str):

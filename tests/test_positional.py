@@ -12,7 +12,6 @@ from torch.testing import assert_close
 
 from transformer_book.multihead import MultiHeadAttention
 from transformer_book.positional import (
-    PE_BASE,
     LearnedPositionalEmbedding,
     PositionalEncoding,
     apply_rotary,
@@ -49,8 +48,7 @@ def test_table_matches_the_formula_loop(max_len, d_model):
 
 def test_table_small_case_by_hand():
     expected = [[math.sin(p), math.cos(p), math.sin(p / 100), math.cos(p / 100)] for p in range(3)]
-    assert_close(sinusoidal_encoding(3, 4), torch.tensor(expected))
-    assert PE_BASE == 10000.0
+    assert_close(sinusoidal_encoding(3, 4), torch.tensor(expected))  # p / 100 = p / 10000^(2/4): the paper's base
 
 
 def test_rows_have_length_sqrt_half_d_model_and_dot_depends_only_on_distance():
@@ -147,10 +145,18 @@ def test_state_dict_keys_are_the_checkpoint_contract():
     assert list(LearnedPositionalEmbedding(8, 0.1, 16).state_dict()) == ["embedding.weight"]
 
 
-def test_defaults():
-    fixed, learned = PositionalEncoding(8), LearnedPositionalEmbedding(8)
-    assert fixed.max_len == 5000 and fixed.dropout.p == 0.1
-    assert learned.max_len == 512 and learned.dropout.p == 0.1
+@pytest.mark.parametrize(("layer", "longest"), [(PositionalEncoding, 5000), (LearnedPositionalEmbedding, 512)])
+def test_defaults_cover_their_lengths_and_drop_a_tenth(layer, longest):
+    # What the defaults do, not their values: the sinusoidal table covers 5000 positions, the learned one 512,
+    # and both drop the paper's P_drop = 0.1 of their output in training.
+    module = layer(8)
+    zeros = torch.zeros(8, longest, 8)
+    with pytest.raises(ValueError, match=f"reaches position {longest + 1} but the encoding was built for max_len"):
+        module(torch.zeros(1, longest + 1, 8))
+    torch.manual_seed(0)
+    kept, full = module.train()(zeros), module.eval()(zeros)
+    dropped = (kept == 0) & (full != 0)
+    assert 0.09 < dropped.sum() / (full != 0).sum() < 0.11
 
 
 def test_dropout_acts_on_the_sum_in_training_mode_only():

@@ -3,6 +3,7 @@
 import pytest
 import torch
 import torch.nn.functional as F
+from hostreads import reads_with_steps
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.testing import assert_close
@@ -105,15 +106,21 @@ def test_bad_sizes_are_named(make, error, message):
         make()
 
 
-def test_generate_reads_the_ids_back_once(monkeypatch):
-    """The id range is checked at the entry point, not at every decoding step (each check waits for a GPU)."""
-    import transformer_book.checks as checks
+def test_generate_checks_the_ids_once_and_reads_at_most_one_thing_per_step():
+    """The id range is checked at the entry point, not at every decoding step (each read waits for a GPU)."""
+    model = RecurrentSeq2Seq(VOCAB, embed_size=4, hidden_size=6)
 
-    calls = []
-    original = checks.id_range
-    monkeypatch.setattr(checks, "id_range", lambda tokens: calls.append(tokens.shape) or original(tokens))
-    RecurrentSeq2Seq(VOCAB, embed_size=4, hidden_size=6).generate(torch.tensor([[4, 5, 6]]), 5)
-    assert len(calls) == 1, calls  # the source only
+    def run(steps):
+        tokens, _ = model.generate(torch.tensor([[4, 5, 6]]), steps)
+        assert tokens.shape == (1, steps)
+
+    once, per_step = reads_with_steps(run, few=5, many=10)
+    # One read per step today: the attention's check that every mask row allows a key (`mask.any(-1).all()`
+    # in an `if`, seq2seq.py's _check_additive_inputs), run at each step although the mask never changes.
+    # Chapter 2's teaching model, not the training path; any other read that grows with the steps fails here.
+    assert list(per_step.values()) in ([], [5]), f"reads that grow with the steps: {per_step}"
+    # Before the loop: the id range, the source's two padding checks and its lengths moved to the CPU for packing.
+    assert once.total() - 5 * len(per_step) <= 4, once
 
 
 # --- RecurrentSeq2Seq ---------------------------------------------------------------------------------

@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
@@ -33,23 +32,22 @@ def run_python(code: str, policy: str | None) -> str:
 
 @pytest.mark.parametrize(("policy", "expected"), [(None, "PASSIVE True"), ("ACTIVE", "ACTIVE True")])
 def test_the_command_line_sets_the_policy_before_torch_loads(policy, expected):
+    # The `transformer-book` command as the installed package declares it (its console script), not a module
+    # named here: the test follows the command wherever its entry point moves.
     code = (
         "import sys\n"
-        "import transformer_book.__main__ as entry\n"
+        "from importlib.metadata import entry_points\n"
+        "(command,) = entry_points(group='console_scripts', name='transformer-book')\n"
+        "main = command.load()\n"
         "assert 'torch' not in sys.modules, 'the entry point loaded torch before it could set the policy'\n"
         "sys.argv = ['transformer-book', '--help']\n"
         "try:\n"
-        "    entry.main()\n"
+        "    main()\n"
         "except SystemExit:\n"
         "    pass\n"
         + REPORT
     )
     assert run_python(code, policy) == expected
-
-
-def test_the_command_line_is_the_entry_point_that_sets_it():
-    scripts = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["scripts"]
-    assert scripts["transformer-book"] == "transformer_book.__main__:main"
 
 
 @pytest.mark.parametrize(("policy", "expected"), [(None, "PASSIVE False"), ("ACTIVE", "ACTIVE False")])
