@@ -48,6 +48,7 @@ class RunRecord:
     scaler: dict | None = None  # float16's gradient scaler: the loss scale it had settled on
     stopped: str | None = None  # why training stopped before its budget: "time limit" or "max_steps=N"
     scored_partial: bool = False  # the epoch a time limit cut short has been scored
+    amp_rates: dict | None = None  # amp "auto" on a CPU: the probe's GFLOP/s by dtype that chose `amp`
 
     def to_json(self) -> dict:
         """The record as checkpoint.json stores it (optional fields only when set)."""
@@ -59,6 +60,8 @@ class RunRecord:
             info["stopped"] = self.stopped
         if self.scored_partial:
             info["scored_partial"] = True
+        if self.amp_rates is not None:
+            info["amp_rates"] = self.amp_rates
         return info
 
     @classmethod
@@ -73,9 +76,10 @@ class RunRecord:
             history=info.get("history", []), train_state=_train_state(info["train_state"], folder),
             scaler=info.get("scaler"), stopped=info.get("stopped"), scored_partial=info.get("scored_partial",
                                                                                             False),
+            amp_rates=info.get("amp_rates"),
         )
         kinds = {"preset": dict, "history": list, "device": str, "amp": str, "scaler": (dict, type(None)),
-                 "stopped": (str, type(None)), "scored_partial": bool}
+                 "stopped": (str, type(None)), "scored_partial": bool, "amp_rates": (dict, type(None))}
         wrong = [name for name, kind in kinds.items() if not isinstance(getattr(record, name), kind)]
         if wrong or not all(isinstance(entry, dict) and type(entry.get("val_bleu", 0.0)) in (int, float)
                             for entry in record.history):
