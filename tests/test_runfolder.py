@@ -82,7 +82,8 @@ def test_a_run_folder_of_the_previous_version_is_refused_by_name(tmp_path):
     train(TINY, tmp_path / "old", device=CPU, progress=False, max_steps=3)
     info = read_info(tmp_path / "old" / "last")
     old = json.loads(OLD_CHECKPOINT_JSON)
-    assert set(info) == set(old) | {"sizes"}  # the keys the previous version wrote, the sizes, and the seal
+    # the keys the previous version wrote, the sizes, the seal, and the CPU probe's rates (amp auto on a CPU)
+    assert set(info) == set(old) | {"sizes", "amp_rates"}
     (tmp_path / "old" / "last" / "checkpoint.json").write_text(json.dumps({key: info[key] for key in old}))
     with pytest.raises(ValueError, match=r"last/checkpoint\.json has no 'record_sha256': an older version wrote it"):
         train(TINY, tmp_path / "old", device=CPU, progress=False)

@@ -316,11 +316,7 @@ def fit(
     if scaler is None and amp_dtype == torch.float16:
         scaler = torch.amp.GradScaler(device.type)
     while state.epoch < epochs:
-        epoch_batches = batches(state.epoch) if callable(batches) else batches
-        if not isinstance(epoch_batches, Sequence):
-            epoch_batches = list(epoch_batches)
-        if len(epoch_batches) == 0:
-            raise ValueError(f"batches is empty for epoch {state.epoch}; pass at least one batch per epoch")
+        epoch_batches = _epoch_batches(batches, state.epoch)
         with tqdm(  # closed however the epoch ends (error, Ctrl-C, stop): a message then starts a new line
             total=len(epoch_batches), initial=state.batch_in_epoch, desc=f"epoch {state.epoch + 1}/{epochs}",
             disable=not progress, leave=True, mininterval=2.0,
@@ -353,6 +349,15 @@ def fit(
         if on_epoch_end is not None:
             on_epoch_end(state)
     return state
+
+
+def _epoch_batches(batches: Sequence[Batch] | Callable[[int], Iterable[Batch]], epoch: int) -> Sequence[Batch]:
+    """The batches of `epoch`: a sequence as it is (it may make each batch when indexed), anything else listed."""
+    epoch_batches = batches(epoch) if callable(batches) else batches
+    epoch_batches = epoch_batches if isinstance(epoch_batches, Sequence) else list(epoch_batches)
+    if len(epoch_batches) == 0:
+        raise ValueError(f"batches is empty for epoch {epoch}; pass at least one batch per epoch")
+    return epoch_batches
 
 
 def _show_loss(bar: tqdm, state: TrainState) -> None:
