@@ -188,7 +188,8 @@ def build_or_resume(preset: Preset, out: Path, device: torch.device, processes: 
     saved = 0
     if rates is not None:
         log(f"amp auto on this CPU: float32 {rates['float32']:,.0f} GFLOP/s, bfloat16 {rates['bfloat16']:,.0f} "
-            f"GFLOP/s at d_model {preset.d_model} x d_ff {preset.d_ff}: training in {str(amp_dtype or 'float32')}")
+            f"GFLOP/s at d_model {preset.d_model} x d_ff {preset.d_ff}: training in "
+            f"{'bfloat16' if amp_dtype else 'float32'}")
     if resuming:
         record, saved = resume(out, preset, model, optimizer, scaler, corpus.tokenizer, device, processes)
         if probe:  # the arithmetic the run started with, so that it goes on with the same numbers

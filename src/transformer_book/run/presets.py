@@ -146,7 +146,7 @@ def cpu_has_bfloat16() -> bool:
 BFLOAT16_MARGIN = 1.25  # autocast adds casts and keeps softmax and LayerNorm in float32: a step gains less
 
 
-def cpu_matmul_rates(d_model: int = 256, d_ff: int = 1024, rows: int = 512, repeats: int = 3) -> dict[str, float]:
+def cpu_matmul_rates(d_model: int = 256, d_ff: int = 1024, rows: int = 256, repeats: int = 3) -> dict[str, float]:
     """GFLOP/s of the feed-forward layer's product, (rows, d_model) x (d_model, d_ff), on this CPU in float32 and
     in bfloat16: the best of `repeats` after one warm-up, well under a second even where bfloat16 is emulated.
     The inputs come from a generator of their own: the run's random state is left as it was."""
