@@ -237,6 +237,7 @@ def test_an_epochs_batches_are_made_lazily_and_equal_chapter_9s():
         lazy = EpochBatches(examples, preset, epoch, Processes.current())
         eager = data.batch_by_tokens(examples, preset.max_tokens, shuffle=True, seed=preset.seed, epoch=epoch)
         assert len(lazy) == len(eager)
+        assert [b.num_tokens for b in lazy[1:4]] == [b.num_tokens for b in eager[1:4]]
         for made, expected in zip(lazy, eager, strict=True):
             assert made.num_tokens == expected.num_tokens
             for name in ("src", "tgt_in", "tgt_out", "src_mask", "tgt_mask"):

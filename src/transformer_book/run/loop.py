@@ -140,7 +140,9 @@ class EpochBatches(Sequence):
     def __len__(self) -> int:
         return len(self.groups)
 
-    def __getitem__(self, index: int) -> Batch:
+    def __getitem__(self, index: int | slice) -> Batch | list[Batch]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
         group = self.groups[index]
         src = pad_sequences([torch.tensor(self.examples[i][0]) for i in group], PAD_ID)  # (B, T_src)
         tgt = pad_sequences([torch.tensor(self.examples[i][1]) for i in group], PAD_ID)  # (B, T_tgt + 1)
