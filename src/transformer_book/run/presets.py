@@ -5,6 +5,7 @@
 __all__ = ['PRESETS', 'AMP_CHOICES', 'DIRECTIONS', 'BFLOAT16_MARGIN', 'pick_device', 'Preset', 'choose_preset', 'in_direction', 'preset_differences', 'model_config', 'cpu_has_bfloat16', 'cpu_matmul_rates', 'pick_amp_dtype']
 
 # %% ../../../chapters/10_training_on_gpu.ipynb #262a6fad
+import functools
 import os
 import time
 from dataclasses import MISSING, asdict, dataclass, fields, replace
@@ -146,23 +147,32 @@ def cpu_has_bfloat16() -> bool:
 BFLOAT16_MARGIN = 1.25  # autocast adds casts and keeps softmax and LayerNorm in float32: a step gains less
 
 
-def cpu_matmul_rates(d_model: int = 256, d_ff: int = 1024, rows: int = 256, repeats: int = 3) -> dict[str, float]:
+def cpu_matmul_rates(d_model: int = 256, d_ff: int = 1024, rows: int = 128) -> dict[str, float]:
     """GFLOP/s of the feed-forward layer's product, (rows, d_model) x (d_model, d_ff), on this CPU in float32 and
-    in bfloat16: the best of `repeats` after one warm-up, well under a second even where bfloat16 is emulated.
-    The inputs come from a generator of their own: the run's random state is left as it was."""
-    rates = {}
+    in bfloat16, on one thread (the ratio is what counts, and a second thread beside a busy core would time the
+    wait for it): the best of at least 3 calls and 20 ms after one warm-up, well under a second even where
+    bfloat16 is emulated. Measured once per process and sizes, so that runs started in one process agree (the
+    best of a few timings still varies with the load). The run's random state is left as it was."""
+    return dict(_measured_rates(d_model, d_ff, rows))
+
+
+@functools.cache
+def _measured_rates(d_model: int, d_ff: int, rows: int) -> tuple[tuple[str, float], ...]:
+    rates, threads = [], torch.get_num_threads()
+    torch.set_num_threads(1)
     for dtype in (torch.float32, torch.bfloat16):
-        generator = torch.Generator().manual_seed(0)
+        generator = torch.Generator().manual_seed(0)  # not the global one
         a = torch.randn(rows, d_model, generator=generator).to(dtype)  # (rows, d_model)
         b = torch.randn(d_model, d_ff, generator=generator).to(dtype)  # (d_model, d_ff)
         a @ b  # the first call pays for setting up the kernel
-        seconds = []
-        for _ in range(repeats):
+        seconds, started = [], time.perf_counter()
+        while len(seconds) < 3 or (time.perf_counter() - started < 0.02 and len(seconds) < 200):
             start = time.perf_counter()
             a @ b  # (rows, d_ff)
             seconds.append(time.perf_counter() - start)
-        rates[str(dtype).removeprefix("torch.")] = 2 * rows * d_model * d_ff / min(seconds) / 1e9
-    return rates
+        rates.append((str(dtype).removeprefix("torch."), 2 * rows * d_model * d_ff / min(seconds) / 1e9))
+    torch.set_num_threads(threads)
+    return tuple(rates)
 
 
 def pick_amp_dtype(device: torch.device, amp: str = "auto", rates: dict[str, float] | None = None
