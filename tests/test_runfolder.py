@@ -82,7 +82,8 @@ def test_a_run_folder_of_the_previous_version_is_refused_by_name(tmp_path):
     train(TINY, tmp_path / "old", device=CPU, progress=False, max_steps=3)
     info = read_info(tmp_path / "old" / "last")
     old = json.loads(OLD_CHECKPOINT_JSON)
-    assert set(info) == set(old) | {"sizes"}  # the keys the previous version wrote, the sizes, and the seal
+    # the keys the previous version wrote, the sizes, the seal, and the CPU probe's rates (amp auto on a CPU)
+    assert set(info) == set(old) | {"sizes", "amp_rates"}
     (tmp_path / "old" / "last" / "checkpoint.json").write_text(json.dumps({key: info[key] for key in old}))
     with pytest.raises(ValueError, match=r"last/checkpoint\.json has no 'record_sha256': an older version wrote it"):
         train(TINY, tmp_path / "old", device=CPU, progress=False)
@@ -219,3 +220,25 @@ def test_train_reads_as_named_steps_of_at_most_60_lines():
     functions = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
     for name in ("train", "prepare_data", "build_or_resume", "train_epochs", "evaluate_and_save", "finish"):
         assert functions[name].end_lineno - functions[name].lineno + 1 <= 60, name
+
+
+def test_an_epochs_batches_are_made_lazily_and_equal_chapter_9s():
+    # Resume depends on it: the lazy batches of an epoch are batch_by_tokens's, in order, tensor for tensor.
+    import random
+
+    from transformer_book.run.distributed import Processes
+    from transformer_book.run.loop import EpochBatches
+
+    rng = random.Random(0)
+    examples = [([rng.randrange(3, 50) for _ in range(rng.randrange(1, 20))],
+                 [1] + [rng.randrange(3, 50) for _ in range(rng.randrange(1, 20))] + [2]) for _ in range(300)]
+    preset = PRESETS["smoke"]
+    for epoch in (0, 1, 5):
+        lazy = EpochBatches(examples, preset, epoch, Processes.current())
+        eager = data.batch_by_tokens(examples, preset.max_tokens, shuffle=True, seed=preset.seed, epoch=epoch)
+        assert len(lazy) == len(eager)
+        assert [b.num_tokens for b in lazy[1:4]] == [b.num_tokens for b in eager[1:4]]
+        for made, expected in zip(lazy, eager, strict=True):
+            assert made.num_tokens == expected.num_tokens
+            for name in ("src", "tgt_in", "tgt_out", "src_mask", "tgt_mask"):
+                assert torch.equal(getattr(made, name), getattr(expected, name)), (epoch, name)

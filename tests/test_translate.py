@@ -5,6 +5,7 @@ import math
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -44,14 +45,28 @@ def test_choose_preset_reads_the_environment(monkeypatch):
         choose_preset("huge")
 
 
-@pytest.mark.parametrize("avx512_bf16, amx, expected", [
-    (True, False, torch.bfloat16), (False, True, torch.bfloat16), (False, False, None),
+@pytest.mark.parametrize("float32, bfloat16, expected", [
+    (61.0, 48.0, None),  # an Intel Xeon with the AVX-512 BF16 flag and no AMX: bfloat16 measured slower
+    (100.0, 110.0, None),  # a little faster is not enough: autocast's casts and float32 reductions eat it
+    (100.0, 900.0, torch.bfloat16),  # AMX
+    (200.0, 914.0, torch.bfloat16),  # Zen 5's AVX-512 BF16
 ])
-def test_amp_dtype_on_a_cpu_needs_bfloat16_instructions(monkeypatch, avx512_bf16, amx, expected):
-    # Without AVX-512 BF16 or AMX, PyTorch emulates bfloat16 products (measured 40x slower than float32).
-    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16)
-    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
-    assert pick_amp_dtype(CPU) == expected
+def test_amp_auto_on_a_cpu_picks_what_the_probe_measured_faster(monkeypatch, float32, bfloat16, expected):
+    # The flags are not asked: a CPU with the bfloat16 flag may still compute it more slowly than float32.
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: True)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True)
+    assert pick_amp_dtype(CPU, rates={"float32": float32, "bfloat16": bfloat16}) == expected
+
+
+def test_the_cpu_probe_is_short_measures_both_and_leaves_the_random_state_alone():
+    from transformer_book.run.presets import cpu_matmul_rates
+
+    before = torch.get_rng_state()
+    start = time.perf_counter()
+    rates = cpu_matmul_rates(256, 1024)
+    assert time.perf_counter() - start < 5.0  # well under a second unloaded; 2 shared cores here
+    assert set(rates) == {"float32", "bfloat16"} and all(rate > 0 for rate in rates.values())
+    assert torch.equal(torch.get_rng_state(), before)
 
 
 def test_amp_dtype_rules():
@@ -351,7 +366,7 @@ def test_the_amp_variable_replaces_the_presets_arithmetic(monkeypatch):
     monkeypatch.setenv("TRANSFORMER_BOOK_AMP", "off")
     preset = choose_preset("cpu")
     assert preset.amp == "off" and dataclasses.replace(preset, amp="auto") == PRESETS["cpu"]
-    assert pick_amp_dtype(CPU, preset.amp) is None  # float32 even on a CPU with bfloat16 instructions
+    assert pick_amp_dtype(CPU, preset.amp, rates={"float32": 1.0, "bfloat16": 9.0}) is None  # even if faster
     monkeypatch.setenv("TRANSFORMER_BOOK_AMP", "fp8")
     with pytest.raises(ValueError, match="TRANSFORMER_BOOK_AMP must be one of"):
         choose_preset("cpu")

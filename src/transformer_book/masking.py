@@ -91,16 +91,22 @@ class Batch:
     tgt_mask: Tensor  # (B, 1, T_tgt, T_tgt): padding and causal together
     num_tokens: int  # real (non-pad) target tokens, the loss's denominator
 
-    def to(self, device: torch.device | str) -> "Batch":
-        """A copy with every tensor moved to `device` (a plain, synchronous copy)."""
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> "Batch":
+        """A copy with every tensor moved to `device`; non_blocking=True lets a copy from page-locked memory
+        (pin_memory) to a GPU run while the host goes on."""
         return Batch(
-            self.src.to(device),
-            self.tgt_in.to(device),
-            self.tgt_out.to(device),
-            self.src_mask.to(device),
-            self.tgt_mask.to(device),
+            self.src.to(device, non_blocking=non_blocking),
+            self.tgt_in.to(device, non_blocking=non_blocking),
+            self.tgt_out.to(device, non_blocking=non_blocking),
+            self.src_mask.to(device, non_blocking=non_blocking),
+            self.tgt_mask.to(device, non_blocking=non_blocking),
             self.num_tokens,
         )
+
+    def pin_memory(self) -> "Batch":
+        """A copy in page-locked host memory, which a GPU can copy from without the host waiting."""
+        return Batch(self.src.pin_memory(), self.tgt_in.pin_memory(), self.tgt_out.pin_memory(),
+                     self.src_mask.pin_memory(), self.tgt_mask.pin_memory(), self.num_tokens)
 
 # %% ../../chapters/05_masking.ipynb #5c756169
 def make_batch(src: Tensor, tgt: Tensor, pad_id: int) -> Batch:

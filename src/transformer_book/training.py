@@ -2,8 +2,8 @@
 """Label smoothing, the warm-up schedule and the training loop (chapter 7)."""
 
 # %% auto #0
-__all__ = ['SMOOTHING_CONVENTIONS', 'ADAM_BETAS', 'ADAM_EPS', 'AMP_DTYPES', 'LabelSmoothingLoss', 'noam_rate', 'WarmupSchedule',
-           'make_optimizer', 'set_seed', 'autocast', 'TrainState', 'StepResult', 'train_step', 'fit']
+__all__ = ['SMOOTHING_CONVENTIONS', 'ADAM_BETAS', 'ADAM_EPS', 'AMP_DTYPES', 'LOSS_READ_EVERY', 'LabelSmoothingLoss', 'noam_rate',
+           'WarmupSchedule', 'make_optimizer', 'set_seed', 'autocast', 'TrainState', 'StepResult', 'train_step', 'fit']
 
 # %% ../../chapters/07_label_smoothing_and_training.ipynb #e0033c16
 import math
@@ -26,6 +26,7 @@ SMOOTHING_CONVENTIONS = ("uniform", "others")  # where the smoothing mass goes: 
 ADAM_BETAS = (0.9, 0.98)  # the paper's beta1, beta2 (section 5.3); PyTorch's default beta2 is 0.999
 ADAM_EPS = 1e-9  # the paper's epsilon; PyTorch's default is 1e-8
 AMP_DTYPES = (torch.bfloat16, torch.float16)  # the low-precision types autocast can compute in
+LOSS_READ_EVERY = 50  # fit reads the losses back every this many steps: a NaN costs at most that many steps
 
 # %% ../../chapters/07_label_smoothing_and_training.ipynb #f54c7987
 class LabelSmoothingLoss(nn.Module):
@@ -38,11 +39,13 @@ class LabelSmoothingLoss(nn.Module):
         torch.nn.CrossEntropyLoss(label_smoothing=smoothing)), so q_y = 1 - smoothing + smoothing / K;
       convention="others": smoothing / (K - 1) to every class except y (as in some tutorials), q_y = 1 - smoothing.
     K counts the classes the model can predict: a class whose logit is -inf (a masked vocabulary entry) gets
-    no target mass, exactly as if it were deleted from the vocabulary. Positions whose target is ignore_index
-    (padding) do not count; the result is the mean over the counted positions (0 if there are none).
+    no target mass, exactly as if it were deleted from the vocabulary, when impossible_classes=True (the careful
+    path; the plain one, for logits that are all finite, returns inf or NaN there). Positions whose target is
+    ignore_index (padding) do not count; the result is the mean over the counted positions (0 if there are none).
     """
 
-    def __init__(self, smoothing: float = 0.1, ignore_index: int = 0, convention: str = "uniform"):
+    def __init__(self, smoothing: float = 0.1, ignore_index: int = 0, convention: str = "uniform",
+                 impossible_classes: bool = False):
         super().__init__()
         check_probability("smoothing", smoothing, hint="the paper uses 0.1")
         if convention not in SMOOTHING_CONVENTIONS:
@@ -51,6 +54,7 @@ class LabelSmoothingLoss(nn.Module):
                 f"(smoothing / (K - 1) to every wrong class); got {convention!r}"
             )
         self.smoothing, self.ignore_index, self.convention = smoothing, ignore_index, convention
+        self.impossible_classes = impossible_classes  # logits may hold -inf (or NaN at ignored positions)
 
     def forward(self, logits: Tensor, target: Tensor) -> Tensor:
         """logits (..., vocab_size), target (...) integer class ids -> scalar loss (float32, or float64 for
@@ -65,10 +69,10 @@ class LabelSmoothingLoss(nn.Module):
         dtype = torch.promote_types(logits.dtype, torch.float32)  # float32 even under autocast; float64 stays
         keep = target != self.ignore_index  # (...): the positions that count
         target = target.masked_fill(~keep, 0)  # (...): a valid id at ignored positions (ignore_index may be -100)
+        if self.impossible_classes:
+            return self._forward_with_impossible_classes(logits.to(dtype), target, keep)
         log_probs = F.log_softmax(logits.to(dtype), dim=-1)  # (..., vocab_size): log p_k
         total = -log_probs.sum(dim=-1)  # (...): sum over k of -log p_k; inf if a logit is -inf, NaN if one is NaN
-        if not torch.isfinite(total).all():
-            return self._forward_with_impossible_classes(logits.to(dtype), target, keep)
         nll = -log_probs.gather(-1, target.unsqueeze(-1)).squeeze(-1)  # (...): -log p_y
         num_classes = total.new_tensor(logits.size(-1))  # K = V: every class is possible
         return self._combine(nll, total, total - nll, num_classes, keep)
@@ -81,7 +85,9 @@ class LabelSmoothingLoss(nn.Module):
             loss = (1.0 - eps) * nll + eps * (total / num_classes)
         else:
             loss = (1.0 - eps) * nll + eps / (num_classes - 1).clamp(min=1) * others  # ... + eps/(K-1) sum_{k!=y}
-        return loss[keep].sum() / keep.sum().clamp(min=1)
+        # where, not loss[keep]: an index by a boolean mask has a size that only the data knows, which on a GPU
+        # makes the host wait for the device
+        return torch.where(keep, loss, 0.0).sum() / keep.sum().clamp(min=1)
 
     def _forward_with_impossible_classes(self, logits: Tensor, target: Tensor, keep: Tensor) -> Tensor:
         """The careful path, for logits holding -inf (impossible classes) or NaN (at ignored positions)."""
@@ -145,9 +151,11 @@ class WarmupSchedule(torch.optim.lr_scheduler.LambdaLR):
 def make_optimizer(model: nn.Module, lr: float = 1.0) -> torch.optim.Adam:
     """Adam with the paper's settings: beta1 = 0.9, beta2 = 0.98, eps = 1e-9.
 
-    lr = 1.0 because WarmupSchedule multiplies it by the scheduled rate.
+    lr = 1.0 because WarmupSchedule multiplies it by the scheduled rate. On a GPU, the fused version updates all
+    the weights in one kernel instead of several per tensor (the same arithmetic); so move the model first.
     """
-    return torch.optim.Adam(model.parameters(), lr=lr, betas=ADAM_BETAS, eps=ADAM_EPS)
+    fused = all(p.is_cuda for p in model.parameters()) or None  # None: PyTorch's default on the CPU
+    return torch.optim.Adam(model.parameters(), lr=lr, betas=ADAM_BETAS, eps=ADAM_EPS, fused=fused)
 
 # %% ../../chapters/07_label_smoothing_and_training.ipynb #1bc5f38e
 def set_seed(seed: int) -> None:
@@ -172,16 +180,32 @@ class TrainState:
     step: int = 0  # training steps taken (batches trained on)
     epoch: int = 0  # current epoch (0-based)
     batch_in_epoch: int = 0  # batches of the current epoch already used
-    losses: list[float] = field(default_factory=list)  # training loss per step
+    losses: list[float] = field(default_factory=list)  # training loss per step (see read_losses)
     tokens_seen: int = 0  # real (non-pad) target tokens trained on
     train_seconds: float = 0.0  # time spent in train_step
     skipped_steps: int = 0  # steps whose update float16's gradient scaler skipped (an overflowing gradient)
+
+    def read_losses(self) -> list[float]:
+        """The losses, all as floats: fit leaves the last few on the device, as tensors, and this reads them back
+        in one transfer. Raises FloatingPointError naming the first step whose loss is not finite."""
+        unread = len(self.losses)
+        while unread > 0 and isinstance(self.losses[unread - 1], Tensor):
+            unread -= 1
+        if unread < len(self.losses):
+            self.losses[unread:] = torch.stack(self.losses[unread:]).tolist()  # one wait for the device
+        for step, loss in enumerate(self.losses[unread:], start=unread + 1):
+            if not math.isfinite(loss):
+                raise FloatingPointError(
+                    f"the loss of step {step} is {loss}; the weights are no longer usable. Lower the learning rate "
+                    f"(or the schedule's factor), or check the data for targets the model cannot predict"
+                )
+        return self.losses
 
 
 class StepResult(NamedTuple):
     """What one training step reports: its loss, and whether the optimizer updated the weights."""
 
-    loss: float
+    loss: float | Tensor  # a 0-d tensor on the device when train_step ran with host_checks=False
     optimizer_stepped: bool  # False when float16's scaler found an inf or NaN gradient and skipped the update
 
 # %% ../../chapters/07_label_smoothing_and_training.ipynb #0ab0717d
@@ -196,16 +220,22 @@ def train_step(
     amp_dtype: torch.dtype | None = None,
     scaler: torch.amp.GradScaler | None = None,
     grad_clip: float | None = 1.0,
+    host_checks: bool = True,
 ) -> StepResult:
     """One optimizer step on one batch; returns its loss and whether the optimizer updated the weights.
 
-    The schedule advances only when the weights were updated. Raises FloatingPointError, before changing any
-    weight, when the loss is not finite.
+    The schedule advances only when the weights were updated. With host_checks, the model checks the token ids
+    and the step raises FloatingPointError, before changing any weight, when the loss is not finite: two reads
+    from the device. host_checks=False (fit) reads nothing back: the loss comes back as a 0-d tensor, checked
+    later by its caller, and the ids are trusted (check them where the batches are made).
     """
     model.train()
     batch = batch.to(device)
     with autocast(device, amp_dtype):
-        logits = model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)  # (B, T_tgt, vocab_size)
+        if host_checks:
+            logits = model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)  # (B, T_tgt, vocab_size)
+        else:
+            logits = model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask, check_ids=False)
         loss = loss_fn(logits, batch.tgt_out)  # scalar
     optimizer.zero_grad(set_to_none=True)
     if scaler is not None:  # float16: scale the loss so that small gradients do not underflow
@@ -215,13 +245,13 @@ def train_step(
         loss.backward()
     if grad_clip is not None:
         nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-    loss_value = loss.item()  # on a GPU this waits for the backward pass
-    if not math.isfinite(loss_value):
+    loss_value = loss.item() if host_checks else loss.detach()  # .item() waits for the backward pass on a GPU
+    if host_checks and not math.isfinite(loss_value):
         raise FloatingPointError(
             f"the loss is {loss_value}; the weights were not updated. Lower the learning rate (or the "
             f"schedule's factor), or check the data for targets the model cannot predict"
         )
-    if scaler is not None:
+    if scaler is not None:  # get_scale reads the scale back: float16 steps wait for the device
         scale = scaler.get_scale()
         scaler.step(optimizer)  # skipped if a gradient overflowed in float16
         scaler.update()  # after an overflow it lowers the scale; it never lowers it otherwise
@@ -250,8 +280,10 @@ def fit(
     on_step_end: Callable[[TrainState], bool | None] | None = None,
     on_epoch_end: Callable[[TrainState], None] | None = None,
     progress: bool = True,
+    read_every: int = LOSS_READ_EVERY,
 ) -> TrainState:
-    """Train for `epochs` over `batches` (a list reused each epoch, or a function epoch -> batches).
+    """Train for `epochs` over `batches` (a list reused each epoch, or a function epoch -> batches; a sequence
+    that makes each batch when it is indexed is used as it comes).
 
     A generator or other iterator is refused (TypeError): it would be used up after the first epoch. An epoch
     without batches raises ValueError.
@@ -261,7 +293,13 @@ def fit(
     finished epochs and the batches already used in its epoch are skipped. on_step_end may return True to
     stop (for example to save and quit). amp_dtype=torch.float16 adds a gradient scaler; pass your own
     `scaler` to save its state (scaler.state_dict()) with a checkpoint and restore it when resuming.
+
+    No step waits for the device: each loss stays there, a tensor in state.losses, until fit reads them all back
+    in one transfer, every `read_every` steps, at the end of each epoch and when it returns. A loss that is not
+    finite raises FloatingPointError there, at most read_every steps late: the weights are then spoiled, so call
+    state.read_losses() before saving them (chapter 10 does). The ids in the batches are not checked here.
     """
+    check_int("read_every", read_every)
     if isinstance(batches, Iterator):
         raise TypeError(
             f"batches is a one-shot iterator ({type(batches).__name__}), which would be empty after the first "
@@ -272,22 +310,20 @@ def fit(
     if scaler is None and amp_dtype == torch.float16:
         scaler = torch.amp.GradScaler(device.type)
     while state.epoch < epochs:
-        epoch_batches = list(batches(state.epoch) if callable(batches) else batches)
-        if not epoch_batches:
-            raise ValueError(f"batches is empty for epoch {state.epoch}; pass at least one batch per epoch")
+        epoch_batches = _epoch_batches(batches, state.epoch)
         with tqdm(  # closed however the epoch ends (error, Ctrl-C, stop): a message then starts a new line
             total=len(epoch_batches), initial=state.batch_in_epoch, desc=f"epoch {state.epoch + 1}/{epochs}",
             disable=not progress, leave=True, mininterval=2.0,
         ) as bar:
-            for batch in epoch_batches[state.batch_in_epoch :]:
+            for index in range(state.batch_in_epoch, len(epoch_batches)):
+                batch = epoch_batches[index]
+                if device.type == "cuda":  # page-locked memory: the copy runs while the GPU works
+                    batch = batch.pin_memory().to(device, non_blocking=True)
                 start = time.perf_counter()
-                try:
-                    loss, stepped = train_step(
-                        model, batch, optimizer, loss_fn, device=device, scheduler=scheduler,
-                        amp_dtype=amp_dtype, scaler=scaler, grad_clip=grad_clip,
-                    )
-                except FloatingPointError as error:
-                    raise FloatingPointError(f"step {state.step + 1} (epoch {state.epoch + 1}): {error}") from None
+                loss, stepped = train_step(
+                    model, batch, optimizer, loss_fn, device=device, scheduler=scheduler,
+                    amp_dtype=amp_dtype, scaler=scaler, grad_clip=grad_clip, host_checks=False,
+                )
                 seconds = time.perf_counter() - start
                 state.step += 1
                 state.batch_in_epoch += 1
@@ -296,11 +332,31 @@ def fit(
                 state.tokens_seen += batch.num_tokens
                 state.train_seconds += seconds
                 bar.update(1)
-                bar.set_postfix(loss=f"{loss:.3f}", tok_per_s=f"{batch.num_tokens / seconds:,.0f}", refresh=False)
+                if state.step % read_every == 0:
+                    _show_loss(bar, state)
                 if on_step_end is not None and on_step_end(state):
+                    state.read_losses()
                     return state
+            _show_loss(bar, state)
         state.epoch += 1
         state.batch_in_epoch = 0
         if on_epoch_end is not None:
             on_epoch_end(state)
     return state
+
+
+def _epoch_batches(batches: Sequence[Batch] | Callable[[int], Iterable[Batch]], epoch: int) -> Sequence[Batch]:
+    """The batches of `epoch`: a sequence as it is (it may make each batch when indexed), anything else listed."""
+    epoch_batches = batches(epoch) if callable(batches) else batches
+    epoch_batches = epoch_batches if isinstance(epoch_batches, Sequence) else list(epoch_batches)
+    if len(epoch_batches) == 0:
+        raise ValueError(f"batches is empty for epoch {epoch}; pass at least one batch per epoch")
+    return epoch_batches
+
+
+def _show_loss(bar: tqdm, state: TrainState) -> None:
+    """Read the losses back (FloatingPointError if one is not finite) and show the last on the progress bar."""
+    losses = state.read_losses()
+    if losses and state.train_seconds > 0:
+        tokens_per_second = state.tokens_seen / state.train_seconds
+        bar.set_postfix(loss=f"{losses[-1]:.3f}", tok_per_s=f"{tokens_per_second:,.0f}", refresh=False)

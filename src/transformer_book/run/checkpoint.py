@@ -51,6 +51,7 @@ class RunRecord:
     scaler: dict | None = None  # float16's gradient scaler: the loss scale it had settled on
     stopped: str | None = None  # why training stopped before its budget: "time limit" or "max_steps=N"
     scored_partial: bool = False  # the epoch a time limit cut short has been scored
+    amp_rates: dict | None = None  # amp "auto" on a CPU: the probe's GFLOP/s by dtype that chose `amp`
 
     def is_complete(self) -> bool:
         """True once the run has trained all its epochs, or the safety time limit stopped it for good: the one
@@ -71,6 +72,8 @@ class RunRecord:
             info["stopped"] = self.stopped
         if self.scored_partial:
             info["scored_partial"] = True
+        if self.amp_rates is not None:
+            info["amp_rates"] = self.amp_rates
         return info
 
     @classmethod
@@ -85,9 +88,10 @@ class RunRecord:
             history=info.get("history", []), train_state=_train_state(info["train_state"], folder),
             scaler=info.get("scaler"), stopped=info.get("stopped"), scored_partial=info.get("scored_partial",
                                                                                             False),
+            amp_rates=info.get("amp_rates"),
         )
         kinds = {"preset": dict, "history": list, "device": str, "amp": str, "scaler": (dict, type(None)),
-                 "stopped": (str, type(None)), "scored_partial": bool}
+                 "stopped": (str, type(None)), "scored_partial": bool, "amp_rates": (dict, type(None))}
         wrong = [name for name, kind in kinds.items() if not isinstance(getattr(record, name), kind)]
         if not wrong and (odd := _preset_problems(record.preset)):
             raise ValueError(f"{folder}/checkpoint.json: its preset has fields train() does not write "

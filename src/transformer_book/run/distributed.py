@@ -138,13 +138,15 @@ class Processes:
         ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
         return ddp, ShardedLoss(loss_fn, PAD_ID)
 
-    def agree(self, loss: float, tokens: int, stops: tuple[bool, ...],
-              device: torch.device) -> tuple[float, int, tuple[bool, ...]]:
-        """The whole batch's mean loss and target tokens, and each reason to stop (the time limit, a Ctrl-C),
-        the same in every process: true in all if true in one."""
+    def agree(self, loss: torch.Tensor, tokens: int, stops: tuple[bool, ...],
+              device: torch.device) -> tuple[torch.Tensor, int, tuple[bool, ...]]:
+        """The whole batch's mean loss (a tensor left on the device, as chapter 7's fit leaves it) and target
+        tokens, and each reason to stop (the time limit, a Ctrl-C), the same in every process: true in all if
+        true in one. Alone it returns its arguments; in a group the stops are read back: one wait a step."""
         if not self.distributed:
             return loss, tokens, stops
-        summed = torch.tensor([loss, tokens, *stops], dtype=torch.float64, device=device)
+        loss = torch.as_tensor(loss, device=device).detach().reshape(1).double()
+        summed = torch.cat([loss, torch.tensor([tokens, *stops], dtype=torch.float64, device=device)])
         dist.all_reduce(summed)
-        total = summed.tolist()  # one transfer from the GPU
-        return total[0] / self.world_size, int(total[1]), tuple(count > 0 for count in total[2:])
+        total = summed[1:].tolist()  # one transfer from the GPU
+        return summed[0] / self.world_size, int(total[0]), tuple(count > 0 for count in total[1:])

@@ -2,11 +2,11 @@
 """The training run on Multi30k, as a few named steps (chapter 10)."""
 
 # %% auto #0
-__all__ = ['SAVE_EVERY_STEPS', 'train', 'train_epochs', 'RunData', 'prepare_data', 'Run', 'build_or_resume', 'resume', 'save', 'after_step', 'evaluate_and_save', 'score_epoch', 'validation_loss', 'finish', 'step_cost']
+__all__ = ['SAVE_EVERY_STEPS', 'train', 'train_epochs', 'RunData', 'prepare_data', 'EpochBatches', 'Run', 'build_or_resume', 'resume', 'save', 'after_step', 'evaluate_and_save', 'score_epoch', 'validation_loss', 'finish', 'step_cost']
 
 # %% ../../../chapters/10_training_on_gpu.ipynb #9c3d2b47
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field, replace
 from functools import partial
@@ -24,11 +24,11 @@ from .checkpoint import save_checkpoint
 from .checkpoint import random_state
 from ..checks import check_choice, check_int
 from .distributed import Processes
-from ..masking import Batch
+from ..masking import Batch, make_batch, pad_sequences
 from ..model import Transformer
 from .presets import AMP_CHOICES, Preset, choose_preset, in_direction
 from .presets import model_config, pick_amp_dtype
-from .presets import pick_device, preset_differences
+from .presets import cpu_matmul_rates, pick_device, preset_differences
 from .stopping import INTERRUPTED, StopRequest
 from ..tokens import PAD_ID
 from ..training import LabelSmoothingLoss, TrainState, WarmupSchedule, autocast, fit
@@ -119,7 +119,36 @@ def prepare_data(preset: Preset, out: Path, processes: Processes, root: str | Pa
     with processes.main_first():  # one process writes tokenizer.json, the others read it
         tokenizer = runfolder.run_tokenizer(out, [s for pair in train_pairs for s in pair], preset.vocab_size)
     encode = partial(data.encode_pairs, tokenizer=tokenizer.tokenizer, max_len=preset.max_sentence_tokens)
-    return RunData(tokenizer, encode(train_pairs), val_pairs, encode(val_pairs))
+    examples, val_examples = encode(train_pairs), encode(val_pairs)
+    # The ids checked once, here, against the vocabulary: the training step trusts them (chapter 7's fit).
+    vocab_size = tokenizer.tokenizer.get_vocab_size()
+    ids = (i for pair in examples + val_examples for sentence in pair for i in sentence)
+    if any(not 0 <= i < vocab_size for i in ids):
+        raise ValueError(f"the encoded pairs hold ids outside the vocabulary of {vocab_size}: {tokenizer.path} "
+                         f"does not belong to this data; move it away to train a new tokenizer")
+    return RunData(tokenizer, examples, val_pairs, val_examples)
+
+
+class EpochBatches(Sequence):
+    """An epoch's batches, exactly chapter 9's batch_by_tokens (same order, same tensors for the same seed and
+    epoch), but each made when it is used: the first step does not wait for the whole epoch's, and counting
+    them (len) makes none."""
+
+    def __init__(self, examples: list, preset: Preset, epoch: int, processes: Processes):
+        sizes = [max(len(src), len(tgt) - 1) for src, tgt in examples]  # as batch_by_tokens measures them
+        self.groups = data.token_buckets(sizes, preset.max_tokens, shuffle=True, seed=preset.seed, epoch=epoch)
+        self.examples, self.processes = examples, processes
+
+    def __len__(self) -> int:
+        return len(self.groups)
+
+    def __getitem__(self, index: int | slice) -> Batch | list[Batch]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        group = self.groups[index]
+        src = pad_sequences([torch.tensor(self.examples[i][0]) for i in group], PAD_ID)  # (B, T_src)
+        tgt = pad_sequences([torch.tensor(self.examples[i][1]) for i in group], PAD_ID)  # (B, T_tgt + 1)
+        return self.processes.share([make_batch(src, tgt, PAD_ID)])[0]  # this process's share
 
 
 @dataclass
@@ -145,11 +174,9 @@ class Run:
     save_seconds: float = 0.0  # time spent writing checkpoints, this run and the sessions before it
     stop: StopRequest = field(default_factory=StopRequest)  # Ctrl-C or SIGTERM asked to stop (chapter 10a)
 
-    def batches(self, epoch: int) -> list[Batch]:
+    def batches(self, epoch: int) -> EpochBatches:
         """This process's batches of `epoch`: chapter 9's, the same again for the same seed and epoch."""
-        whole = data.batch_by_tokens(self.corpus.examples, self.preset.max_tokens, shuffle=True,
-                                     seed=self.preset.seed, epoch=epoch)
-        return self.processes.share(whole)
+        return EpochBatches(self.corpus.examples, self.preset, epoch, self.processes)
 
 
 def build_or_resume(preset: Preset, out: Path, device: torch.device, processes: Processes, corpus: RunData,
@@ -157,11 +184,20 @@ def build_or_resume(preset: Preset, out: Path, device: torch.device, processes: 
     """The model, Adam, the warm-up schedule and the loss; restored from `last/` when the run folder holds it."""
     model = Transformer(model_config(preset, corpus.tokenizer.tokenizer.get_vocab_size())).to(device)
     optimizer = make_optimizer(model)
-    amp_dtype = pick_amp_dtype(device, preset.amp)
+    resuming, probe = runfolder.has_checkpoint(out), device.type == "cpu" and preset.amp == "auto"
+    rates = cpu_matmul_rates(preset.d_model, preset.d_ff) if probe and not resuming else None
+    amp_dtype = None if probe and resuming else pick_amp_dtype(device, preset.amp, rates)  # resumed: see below
     scaler = torch.amp.GradScaler(device.type) if amp_dtype == torch.float16 else None
-    record, saved = RunRecord(preset=asdict(preset), device=str(device), amp=str(amp_dtype)), 0
-    if runfolder.has_checkpoint(out):
+    record = RunRecord(preset=asdict(preset), device=str(device), amp=str(amp_dtype), amp_rates=rates)
+    saved = 0
+    if rates is not None:
+        log(f"amp auto on this CPU: float32 {rates['float32']:,.0f} GFLOP/s, bfloat16 {rates['bfloat16']:,.0f} "
+            f"GFLOP/s at d_model {preset.d_model} x d_ff {preset.d_ff}: training in "
+            f"{'bfloat16' if amp_dtype else 'float32'}")
+    if resuming:
         record, saved = resume(out, preset, model, optimizer, scaler, corpus.tokenizer, device, processes)
+        if probe:  # the arithmetic the run started with, so that it goes on with the same numbers
+            amp_dtype = {"torch.bfloat16": torch.bfloat16}.get(record.amp)
         state = record.train_state
         if record.is_complete():
             log(f"the run in {out} is complete (step {state.step}, {state.epoch} epochs): nothing left to train")
@@ -208,6 +244,7 @@ def resume(out: Path, preset: Preset, model: Transformer, optimizer: torch.optim
 
 def save(run: Run, name: str, copy_now: bool = False) -> None:
     """Save `last` (all that resuming needs) or `best` (weights only: all that translating needs)."""
+    run.record.train_state.read_losses()  # FloatingPointError, not a checkpoint, if a loss is not finite
     if name == "last":  # in every process: each hands over its random generators, and all know the step saved
         run.saved_step, generators = run.record.train_state.step, run.processes.gather(random_state(run.device))
     if not run.processes.is_main:

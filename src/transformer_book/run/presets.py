@@ -2,10 +2,12 @@
 """The device, the presets of sizes, the model they make, mixed precision (chapter 10)."""
 
 # %% auto #0
-__all__ = ['PRESETS', 'AMP_CHOICES', 'DIRECTIONS', 'pick_device', 'Preset', 'choose_preset', 'in_direction', 'preset_differences', 'model_config', 'cpu_has_bfloat16', 'pick_amp_dtype']
+__all__ = ['PRESETS', 'AMP_CHOICES', 'DIRECTIONS', 'BFLOAT16_MARGIN', 'pick_device', 'Preset', 'choose_preset', 'in_direction', 'preset_differences', 'model_config', 'cpu_has_bfloat16', 'cpu_matmul_rates', 'pick_amp_dtype']
 
 # %% ../../../chapters/10_training_on_gpu.ipynb #262a6fad
+import functools
 import os
+import time
 from dataclasses import MISSING, asdict, dataclass, fields, replace
 
 import torch
@@ -142,11 +144,44 @@ def cpu_has_bfloat16() -> bool:
     return any(getattr(cpu, name, lambda: False)() for name in checks)
 
 
-def pick_amp_dtype(device: torch.device, amp: str = "auto") -> torch.dtype | None:
+BFLOAT16_MARGIN = 1.25  # autocast adds casts and keeps softmax and LayerNorm in float32: a step gains less
+
+
+def cpu_matmul_rates(d_model: int = 256, d_ff: int = 1024, rows: int = 128) -> dict[str, float]:
+    """GFLOP/s of the feed-forward layer's product, (rows, d_model) x (d_model, d_ff), on this CPU in float32 and
+    in bfloat16, on one thread (the ratio is what counts, and a second thread beside a busy core would time the
+    wait for it): the best of at least 3 calls and 20 ms after one warm-up, well under a second even where
+    bfloat16 is emulated. Measured once per process and sizes, so that runs started in one process agree (the
+    best of a few timings still varies with the load). The run's random state is left as it was."""
+    return dict(_measured_rates(d_model, d_ff, rows))
+
+
+@functools.cache
+def _measured_rates(d_model: int, d_ff: int, rows: int) -> tuple[tuple[str, float], ...]:
+    rates, threads = [], torch.get_num_threads()
+    torch.set_num_threads(1)
+    for dtype in (torch.float32, torch.bfloat16):
+        generator = torch.Generator().manual_seed(0)  # not the global one
+        a = torch.randn(rows, d_model, generator=generator).to(dtype)  # (rows, d_model)
+        b = torch.randn(d_model, d_ff, generator=generator).to(dtype)  # (d_model, d_ff)
+        a @ b  # the first call pays for setting up the kernel
+        seconds, started = [], time.perf_counter()
+        while len(seconds) < 3 or (time.perf_counter() - started < 0.02 and len(seconds) < 200):
+            start = time.perf_counter()
+            a @ b  # (rows, d_ff)
+            seconds.append(time.perf_counter() - start)
+        rates.append((str(dtype).removeprefix("torch."), 2 * rows * d_model * d_ff / min(seconds) / 1e9))
+    torch.set_num_threads(threads)
+    return tuple(rates)
+
+
+def pick_amp_dtype(device: torch.device, amp: str = "auto", rates: dict[str, float] | None = None
+                   ) -> torch.dtype | None:
     """The autocast dtype for `device`, or None for float32.
 
-    "auto": bfloat16 on GPUs and CPUs that compute it natively; float16 (with a gradient scaler) on older
-    GPUs; float32 on other CPUs. "bfloat16", "float16" and "off" (float32) force a choice.
+    "auto": bfloat16 on GPUs that compute it natively, float16 (with a gradient scaler) on older GPUs; on a CPU,
+    bfloat16 only where a product measured in it (`rates`, GFLOP/s by dtype; measured by cpu_matmul_rates when
+    None) runs BFLOAT16_MARGIN times faster than in float32. "bfloat16", "float16" and "off" (float32) force one.
     """
     if amp == "off":
         return None
@@ -154,8 +189,9 @@ def pick_amp_dtype(device: torch.device, amp: str = "auto") -> torch.dtype | Non
         return getattr(torch, amp)
     if amp != "auto":
         raise ValueError(f"amp must be 'auto', 'bfloat16', 'float16' or 'off'; got {amp!r}")
-    if device.type == "cpu":
-        return torch.bfloat16 if cpu_has_bfloat16() else None
+    if device.type == "cpu":  # measured, not read from the flags: a flag is not a speed
+        rates = rates if rates is not None else cpu_matmul_rates()
+        return torch.bfloat16 if rates["bfloat16"] > BFLOAT16_MARGIN * rates["float32"] else None
     # including_emulation=False: a T4 can emulate bfloat16, slowly; it should take float16 and a scaler.
     if torch.cuda.is_bf16_supported(including_emulation=False):
         return torch.bfloat16
