@@ -18,13 +18,25 @@ from torch import nn
 from transformer_book.attention import scaled_dot_product_attention
 from transformer_book.decoding import beam_search, corpus_bleu, greedy_decode
 from transformer_book.efficient import blockwise_attention
-from transformer_book.exercises import MISTAKES_BY_CHECK, check_attention, check_multi_head_attention
+from transformer_book.exercises import (
+    CONVENTIONS_BY_CHECK,
+    MISTAKES_BY_CHECK,
+    check_attention,
+    check_beam_search,
+    check_bleu,
+    check_causal_mask,
+    check_greedy_decode,
+    check_label_smoothing,
+    check_multi_head_attention,
+    check_padding_mask,
+)
 from transformer_book.exercises.framework import NOT_WRITTEN, compare
 from transformer_book.layers import RMSNorm
 from transformer_book.masking import causal_mask, padding_mask
 from transformer_book.model import EncoderLayer, layer_norm
 from transformer_book.multihead import MultiHeadAttention
 from transformer_book.positional import apply_rotary, sinusoidal_encoding
+from transformer_book.tokens import BOS_ID
 from transformer_book.training import LabelSmoothingLoss, noam_rate
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -334,3 +346,199 @@ def test_every_section_to_reread_exists(check):
         text = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
         headings = {_plain(h) for h in HEADING.findall(text)}
         assert match.group(2) in headings, f"{mistake.section}: no such heading in {notebook.name}"
+
+
+# Other conventions (the Annotated Transformer's, PyTorch's): each way of writing one is named as a convention, never
+# taken for a mistake; an accepted one passes.
+CONVENTION_CASES = [
+    pytest.param(check, i, way, id=f"{check}-convention-{i}-{way}")
+    for check, conventions in CONVENTIONS_BY_CHECK.items()
+    for i, convention in enumerate(conventions)
+    for way in range(ways_of(check, convention))
+]
+
+
+@pytest.mark.parametrize(("check", "index", "way"), CONVENTION_CASES)
+def test_each_convention_is_named_as_a_convention(check, index, way):
+    convention = CONVENTIONS_BY_CHECK[check][index]
+    result = run(check, with_mistake(check, convention.output, way))
+    assert result.conventions == [convention.name] and result.diagnoses == [], str(result)
+    assert bool(result) == convention.accepted, str(result)
+    assert "no mistake the check knows" not in str(result) and f"what differs: {convention.differs}" in str(result)
+
+
+# What readers wrote, each a miss or a false alarm of the checks before issue 51 (each of these tests failed then).
+
+
+def names(result) -> list[str]:
+    return result.diagnoses + result.conventions
+
+
+def reader_greedy(model, src, max_len, bos_id, eos_id, bos=None, pad=None, to_max_len=False):
+    """A reader's greedy decoding, recomputing the prefix each step; bos and pad hard-code ids when given."""
+    pad_id = model.config.pad_id if pad is None else pad
+    mask = padding_mask(src, pad_id)
+    memory = model.encode(src, mask)
+    tokens = torch.full((src.size(0), 1), bos_id if bos is None else bos, dtype=torch.long)
+    finished = torch.zeros(src.size(0), dtype=torch.bool)
+    for _ in range(max_len):
+        next_token = model.decode(tokens, memory, mask)[:, -1].argmax(dim=-1).masked_fill(finished, pad_id)
+        tokens = torch.cat([tokens, next_token[:, None]], dim=1)
+        finished |= next_token == eos_id
+        if finished.all() and not to_max_len:
+            break
+    return tokens
+
+
+def test_greedy_decoding_that_ignores_bos_id_is_named():
+    result = check_greedy_decode(lambda *x: reader_greedy(*x, bos=BOS_ID), verbose=False)
+    assert not result and names(result) == ["bos_id is ignored: every output starts with 1"], str(result)
+
+
+def test_greedy_decoding_with_the_pad_id_hard_coded_to_0_is_named():
+    result = check_greedy_decode(lambda *x: reader_greedy(*x, pad=0), verbose=False)
+    assert not result
+    assert names(result) == ["the padding id is taken to be 0 whatever model.config.pad_id says"], str(result)
+
+
+def test_greedy_decoding_that_pads_to_max_len_passes_and_says_so():
+    result = check_greedy_decode(lambda *x: reader_greedy(*x, to_max_len=True), verbose=False)
+    assert result and "never stops" not in str(result), str(result)
+    assert result.conventions == ["every sentence padded up to max_len after its EOS (trailing padding)"]
+
+
+def test_beam_search_that_ignores_bos_id_is_named():
+    result = check_beam_search(lambda model, src, k, n, bos, eos, alpha: beam_search(model, src, k, n, 1, eos, alpha), verbose=False)
+    assert not result and names(result) == ["bos_id is ignored: every hypothesis starts with 1"], str(result)
+
+
+class ReaderAttention(MultiHeadAttention):
+    """A reader's multi-head attention; `wiring` says which argument each projection reads."""
+
+    wiring = ("query", "key", "value")
+
+    def forward(self, query, key, value, mask=None):
+        given = {"query": query, "key": key, "value": value}
+        batch, heads = query.size(0), self.num_heads
+
+        def split(x):
+            return x.view(batch, x.size(1), heads, -1).transpose(1, 2)
+
+        q, k, v = (split(proj(given[name])) for proj, name in zip((self.q_proj, self.k_proj, self.v_proj), self.wiring))
+        out = scaled_dot_product_attention(q, k, v, mask)[0]
+        return self.out_proj(out.transpose(1, 2).reshape(batch, query.size(1), -1))
+
+
+@pytest.mark.parametrize(
+    ("wiring", "expected"),
+    [
+        (("query", "key", "key"), "the values are projected from the key argument (v_proj(key))"),
+        (("query", "value", "value"), "the keys are projected from the value argument (k_proj(value))"),
+    ],
+)
+def test_multi_head_attention_that_reads_the_wrong_argument_is_named(wiring, expected):
+    assert check_multi_head_attention(type("Layer", (ReaderAttention,), {}), verbose=False)  # the wiring is right
+    result = check_multi_head_attention(type("Layer", (ReaderAttention,), {"wiring": wiring}), verbose=False)
+    assert not result and names(result) == [expected], str(result)
+
+
+def test_bleu_without_a_guard_for_an_order_with_no_match_is_named():
+    import math
+    from collections import Counter
+
+    def unguarded(hypotheses, references):
+        matches, totals, hyp_len, ref_len = [0] * 4, [0] * 4, 0, 0
+        for hyp, ref in zip(hypotheses, references):
+            h, r = hyp.split(), ref.split()
+            hyp_len, ref_len = hyp_len + len(h), ref_len + len(r)
+            for n in range(1, 5):
+                hc = Counter(tuple(h[i : i + n]) for i in range(len(h) - n + 1))
+                rc = Counter(tuple(r[i : i + n]) for i in range(len(r) - n + 1))
+                matches[n - 1] += sum(min(c, rc[g]) for g, c in hc.items())
+                totals[n - 1] += max(len(h) - n + 1, 0)
+        log_p = sum(math.log(m / t) for m, t in zip(matches, totals)) / 4
+        return 100 * math.exp(min(0.0, 1 - ref_len / hyp_len) + log_p)
+
+    result = check_bleu(unguarded, verbose=False)
+    assert not result and names(result) == ["an n-gram order without any match is not guarded: log(0) raises"], str(result)
+
+
+def test_float16_arithmetic_passes():
+    def half(q, k, v, mask=None):
+        return scaled_dot_product_attention(q.half(), k.half(), v.half(), mask)[0]
+
+    result = check_attention(half, verbose=False)
+    assert result and "float16's rounding" in str(result), str(result)
+
+
+def test_the_annotated_transformers_minus_1e9_fill_passes_and_is_named():
+    def annotated(q, k, v, mask=None):
+        scores = q @ k.transpose(-2, -1) / q.size(-1) ** 0.5
+        if mask is not None:
+            scores = scores.masked_fill(mask == 0, -1e9)
+        return scores.softmax(dim=-1) @ v
+
+    result = check_attention(annotated, verbose=False)
+    assert result and result.diagnoses == [] and len(result.conventions) == 1, str(result)
+    assert "Annotated Transformer" in str(result) and "mean of all the values" in str(result)
+
+
+def test_softmax_over_the_queries_with_minus_inf_masks_is_named():
+    def over_queries(q, k, v, mask=None):
+        scores = q @ k.transpose(-2, -1) / q.size(-1) ** 0.5
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        return scores.softmax(dim=-2) @ v
+
+    result = check_attention(over_queries, verbose=False)
+    assert not result and names(result) == ["the softmax is taken over the queries (dim=-2) instead of the keys"], str(result)
+
+
+def test_the_annotated_transformers_label_smoothing_is_named_as_a_convention():
+    class Annotated(nn.Module):  # the Annotated Transformer's LabelSmoothing, fed log-probabilities
+        def __init__(self, smoothing, padding_idx):
+            super().__init__()
+            self.smoothing, self.padding_idx = smoothing, padding_idx
+
+        def forward(self, logits, target):
+            x = logits.log_softmax(dim=-1)
+            true_dist = torch.full_like(x, self.smoothing / (x.size(1) - 2))
+            true_dist.scatter_(1, target[:, None], 1.0 - self.smoothing)
+            true_dist[:, self.padding_idx] = 0
+            true_dist[target == self.padding_idx] = 0.0
+            return nn.KLDivLoss(reduction="sum")(x, true_dist)
+
+    result = check_label_smoothing(Annotated, verbose=False)
+    assert not result and result.diagnoses == [], str(result)
+    assert result.conventions == ["the Annotated Transformer's label smoothing (KLDivLoss, smoothing / (K - 2))"]
+
+
+@pytest.mark.parametrize(
+    ("check", "mask_fn", "convention"),
+    [
+        (check_padding_mask, lambda tokens, pad: (tokens != pad).unsqueeze(-2), "shape (B, 1, T)"),
+        (check_padding_mask, lambda tokens, pad: (tokens != pad).long()[:, None, None, :], "an integer mask"),
+        (check_causal_mask, lambda size: torch.triu(torch.ones(1, size, size), diagonal=1) == 0, "shape (1, T, T)"),
+        (check_causal_mask, lambda size: torch.ones(size, size, dtype=torch.uint8).tril(), "an integer mask"),
+    ],
+)
+def test_masks_in_another_convention_are_named(check, mask_fn, convention):
+    result = check(mask_fn, verbose=False)
+    assert not result and result.diagnoses == [] and len(result.conventions) == 1, str(result)
+    assert convention in result.conventions[0] and "no mistake the check knows" not in str(result)
+
+
+def test_a_function_that_changes_its_input_in_place_is_named_and_compared_rightly():
+    def scales_the_query(q, k, v, mask=None):
+        q.mul_(1.0)  # harmless on its own...
+        q.div_(q.size(-1) ** 0.5)  # ...but this divides the caller's query
+        scores = q @ k.transpose(-2, -1)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+        return (scores.softmax(dim=-1).masked_fill(~mask, 0.0) if mask is not None else scores.softmax(dim=-1)) @ v
+
+    result = check_attention(scales_the_query, verbose=False)
+    assert not result and result.diagnoses == ["your code changes a tensor it was given, in place"], str(result)
+    # Each output was compared on fresh inputs: every one matches the book's, and the report says so.
+    assert all("max |difference| < 1e-04; but it changed its input in place" in line for line in result.lines[1:5])
+    assert "the outputs match the book's" in result.lines[-1]

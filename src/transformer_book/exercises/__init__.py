@@ -2,25 +2,26 @@
 """Every check a reader can run on their own code, one module per topic (the appendix after chapter 12)."""
 
 # %% auto #0
-__all__ = ['MISTAKES_BY_CHECK', 'CheckResult', 'check_attention', 'check_multi_head_attention', 'check_positional_encoding', 'check_padding_mask', 'check_causal_mask', 'check_shift_right', 'check_layer_norm', 'check_encoder_layer', 'check_label_smoothing', 'check_warmup_schedule', 'check_greedy_decode', 'check_beam_search', 'check_bleu', 'check_rotary', 'check_rms_norm', 'check_blockwise_attention']
+__all__ = ['MISTAKES_BY_CHECK', 'CONVENTIONS_BY_CHECK', 'CheckResult', 'check_attention', 'check_multi_head_attention', 'check_positional_encoding', 'check_padding_mask', 'check_causal_mask', 'check_shift_right', 'check_layer_norm', 'check_encoder_layer', 'check_label_smoothing', 'check_warmup_schedule', 'check_greedy_decode', 'check_beam_search', 'check_bleu', 'check_rotary', 'check_rms_norm', 'check_blockwise_attention']
 
 # %% ../../../chapters/13_check_your_code.ipynb #ad4e3ed1
-from .attention import ATTENTION_MISTAKES, BLOCKWISE_MISTAKES
+from .attention import ATTENTION_CONVENTIONS, ATTENTION_MISTAKES, BLOCKWISE_MISTAKES
 from .attention import check_attention, check_blockwise_attention
 from .bleu import BLEU_MISTAKES, check_bleu
 from .decoding import BEAM_MISTAKES, GREEDY_MISTAKES, check_beam_search
-from .decoding import check_greedy_decode
+from .decoding import GREEDY_CONVENTIONS, check_greedy_decode
 from .framework import CheckResult
 from .layers import ENCODER_MISTAKES, LAYER_NORM_MISTAKES, RMS_MISTAKES
 from .layers import check_encoder_layer, check_layer_norm, check_rms_norm
 from .masking import CAUSAL_MISTAKES, PADDING_MISTAKES, SHIFT_MISTAKES
 from .masking import check_causal_mask, check_padding_mask
-from .masking import check_shift_right
+from .masking import CAUSAL_CONVENTIONS, PADDING_CONVENTIONS, check_shift_right
 from .multihead import MHA_MISTAKES, check_multi_head_attention
 from .positional import ENCODING_MISTAKES, ROTARY_MISTAKES
 from .positional import check_positional_encoding, check_rotary
 from .training import SCHEDULE_MISTAKES, SMOOTHING_MISTAKES
-from .training import check_label_smoothing, check_warmup_schedule
+from .training import SMOOTHING_CONVENTIONS, check_label_smoothing
+from .training import check_warmup_schedule
 
 # Each check, in the order of the chapters, with the mistakes it recognises.
 MISTAKES_BY_CHECK = {
@@ -40,6 +41,15 @@ MISTAKES_BY_CHECK = {
     "check_rotary": (check_rotary, ROTARY_MISTAKES),
     "check_rms_norm": (check_rms_norm, RMS_MISTAKES),
     "check_blockwise_attention": (check_blockwise_attention, BLOCKWISE_MISTAKES),
+}
+# The other conventions each check knows (the Annotated Transformer's, PyTorch's): named, never
+# taken for mistakes.
+CONVENTIONS_BY_CHECK = {
+    "check_attention": ATTENTION_CONVENTIONS,
+    "check_padding_mask": PADDING_CONVENTIONS,
+    "check_causal_mask": CAUSAL_CONVENTIONS,
+    "check_label_smoothing": SMOOTHING_CONVENTIONS,
+    "check_greedy_decode": GREEDY_CONVENTIONS,
 }
 _all_ = [  # what `from transformer_book.exercises import *` and the documentation list
     "CheckResult",

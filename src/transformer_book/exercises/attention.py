@@ -3,7 +3,7 @@
 12)."""
 
 # %% auto #0
-__all__ = ['FLOAT_TOLERANCE', 'ATTENTION_MISTAKES', 'BLOCKWISE_MISTAKES', 'first', 'attention_variant', 'check_attention', 'blockwise_variant', 'check_blockwise_attention']
+__all__ = ['FLOAT_TOLERANCE', 'ATTENTION_MISTAKES', 'ATTENTION_CONVENTIONS', 'BLOCKWISE_MISTAKES', 'first', 'attention_variant', 'check_attention', 'blockwise_variant', 'check_blockwise_attention']
 
 # %% ../../../chapters/13_check_your_code.ipynb #a292e570
 
@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from ..attention import scaled_dot_product_attention
-from .framework import Case, CheckResult, Mistake, keeps_rng
+from .framework import Case, CheckResult, Convention, Mistake, keeps_rng
 from .framework import random_tensor, report, run_check
 from ..efficient import blockwise_attention
 
@@ -98,12 +98,21 @@ def _inverted(inputs: tuple) -> list[Tensor]:
     ]
 
 
+def _over_queries(inputs: tuple) -> list[Tensor]:
+    """The softmax over the queries, with each way of filling the masked scores (-inf gives NaN
+    where a key is masked for every query, as padding is; zeroing masked weights removes it)."""
+    return [
+        attention_variant(inputs, softmax_dim=-2, fill=fill, zero_dead_rows=zero)
+        for fill, zero in ((None, True), (-math.inf, False), (-math.inf, True), (-1e9, False))
+    ]
+
+
 ATTENTION_MISTAKES = [
     Mistake(
         "the softmax is taken over the queries (dim=-2) instead of the keys",
         "Each query's weights over the keys must sum to 1: softmax(dim=-1).",
         _ATTENTION,
-        _variant(softmax_dim=-2),
+        _over_queries,
     ),
     Mistake(
         "the scores are not divided by sqrt(d_k)",
@@ -149,17 +158,23 @@ ATTENTION_MISTAKES = [
         _variant(fill=-math.inf, zero_dead_rows=False),
     ),
     Mistake(
-        "a fully masked row averages all the values instead of giving 0",
-        "After the softmax, set the weights of masked keys to 0 (masked_fill(~mask, 0.0)).",
-        _DEAD_ROWS,
-        _variant(fill=-1e9, zero_dead_rows=False),
-    ),
-    Mistake(
         "the function returns the attention weights instead of weights @ value (or (weights, output) in that "
         "order)",
         "Return the output softmax(Q K^T / sqrt(d_k)) V first.",
         _ATTENTION,
         _variant(weights_only=True),
+    ),
+]
+
+ATTENTION_CONVENTIONS = [
+    Convention(
+        "masked scores filled with -1e9 and nothing more, the Annotated Transformer's way",
+        "a query whose keys are all masked gets the mean of all the values, where the book gives "
+        '0 (chapter 5, "The NaN trap"); every other row is the same. Such rows belong to sentences '
+        "that are all padding, so both work; to match the book, set the masked weights to 0 after "
+        "the softmax.",
+        _variant(fill=-1e9, zero_dead_rows=False),
+        accepted=True,
     ),
 ]
 
@@ -170,7 +185,8 @@ def check_attention(attention: Callable, verbose: bool = True) -> CheckResult:
 
     attention(query, key, value, mask=None): query (..., L_q, d_k), key (..., L_k, d_k), value (..., L_k, d_v),
     mask boolean broadcastable to (..., L_q, L_k), True = may attend. Returns the output (..., L_q, d_v), or
-    (output, weights). A fully masked row must give a zero output. Prints a report unless verbose=False; the
+    (output, weights). A fully masked row gives a zero output (the mean of the values, the Annotated
+    Transformer's -1e9 convention, is accepted and named). Prints a report unless verbose=False; the
     result is truthy when every case matches.
     """
 
@@ -184,6 +200,7 @@ def check_attention(attention: Callable, verbose: bool = True) -> CheckResult:
         _attention_cases(),
         ATTENTION_MISTAKES,
         FLOAT_TOLERANCE,
+        ATTENTION_CONVENTIONS,
     )
     return report(result, verbose)
 

@@ -24,12 +24,14 @@ def bleu_variant(
     clip: bool = True,
     scale: float = 100.0,
     mean: str = "geometric",
+    guard: bool = True,
 ) -> float:
     """Corpus BLEU-4 with one thing changed (the defaults give the book's corpus_bleu)."""
     hypotheses, references = inputs
     if level == "sentence":
         return sum(
-            bleu_variant(([h], [r]), brevity, "corpus", clip, scale, mean) for h, r in zip(*inputs)
+            bleu_variant(([h], [r]), brevity, "corpus", clip, scale, mean, guard)
+            for h, r in zip(*inputs)
         ) / len(hypotheses)
     matches, totals, hyp_len, ref_len = [0] * 4, [0] * 4, 0, 0
     for hyp, ref in zip(hypotheses, references):
@@ -41,7 +43,7 @@ def bleu_variant(
                 min(c, ref_counts[g]) if clip else c * (g in ref_counts) for g, c in hyp_counts.items()
             )
             totals[n - 1] += max(len(h) - n + 1, 0)
-    if min(matches) == 0:
+    if guard and min(matches) == 0:
         return 0.0
     precisions = [m / t for m, t in zip(matches, totals)]
     combined = math.exp(sum(map(math.log, precisions)) / 4) if mean == "geometric" else sum(precisions) / 4
@@ -93,6 +95,13 @@ BLEU_MISTAKES = [
         _BLEU,
         _bleu(mean="arithmetic"),
     ),
+    Mistake(
+        "an n-gram order without any match is not guarded: log(0) raises",
+        "When some order n has no match at all, p_n = 0 and BLEU is 0: return 0.0 before taking "
+        "logarithms.",
+        _BLEU,
+        _bleu(guard=False),
+    ),
 ]
 
 
@@ -102,7 +111,8 @@ def check_bleu(bleu: Callable, verbose: bool = True) -> CheckResult:
 
     bleu(hypotheses, references): two lists of strings, one reference per hypothesis, tokens split on
     whitespace -> a float from 0 to 100: BP * exp(mean over n = 1..4 of log p_n), p_n the clipped n-gram
-    precisions summed over the corpus, BP = min(1, exp(1 - ref_len / hyp_len)).
+    precisions summed over the corpus, BP = min(1, exp(1 - ref_len / hyp_len)); 0 when some p_n is
+    0.
     """
     shorter = (
         [
@@ -120,9 +130,11 @@ def check_bleu(bleu: Callable, verbose: bool = True) -> CheckResult:
         ["a dog dog runs on the green green grass", "people walk along the beach beach at sunset"],
         ["a dog runs on the green grass", "people walk along the beach at sunset"],
     )
+    no_four_gram = (["a cat sat on the mat", "the dog ran"], ["the cat sat on a mat", "a dog ran"])
     inputs = {
         "3 sentences, hypotheses shorter than the references": shorter,
         "2 sentences, longer hypotheses with repeated words": longer,
+        "no 4-gram of the hypotheses is in the references: BLEU is 0": no_four_gram,
     }
     cases = [Case(label, x, corpus_bleu(*x)) for label, x in inputs.items()]
     result = run_check("check_bleu: corpus BLEU (chapter 8)", lambda x: bleu(*x), cases, BLEU_MISTAKES, 1e-6)

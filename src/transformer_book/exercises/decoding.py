@@ -2,7 +2,7 @@
 """Checks of a reader's decoding: greedy decoding and beam search on a tiny model (chapter 8)."""
 
 # %% auto #0
-__all__ = ['TINY_VOCAB', 'GREEDY_MISTAKES', 'BEAM_MISTAKES', 'tiny_model', 'greedy_variant', 'check_greedy_decode', 'beam_variant', 'check_beam_search']
+__all__ = ['TINY_VOCAB', 'GREEDY_MISTAKES', 'GREEDY_CONVENTIONS', 'BEAM_MISTAKES', 'tiny_model', 'greedy_variant', 'check_greedy_decode', 'beam_variant', 'check_beam_search']
 
 # %% ../../../chapters/13_check_your_code.ipynb #21499045
 
@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .framework import Case, CheckResult, Mistake, keeps_rng
+from .framework import Case, CheckResult, Convention, Mistake, keeps_rng
 from .framework import random_tensor, report, run_check
 from ..decoding import beam_search, gnmt_length_penalty, greedy_decode
 from ..masking import padding_mask
@@ -24,9 +24,10 @@ _BEAM = 'chapter 8, "Beam search and the length penalty"'
 TINY_VOCAB = 12
 
 # %% ../../../chapters/13_check_your_code.ipynb #6cc5388c
-def tiny_model(seed: int) -> Transformer:
+def tiny_model(seed: int, pad_id: int = PAD_ID) -> Transformer:
     """A small untrained encoder-decoder in float64 (so that no argmax depends on the CPU), weights drawn from
-    the check's own generator."""
+    the check's own generator; pad_id is its config's padding id (the weights do not depend on
+    it)."""
     config = TransformerConfig(
         src_vocab_size=TINY_VOCAB,
         tgt_vocab_size=TINY_VOCAB,
@@ -38,6 +39,7 @@ def tiny_model(seed: int) -> Transformer:
         dropout=0.0,
         max_len=32,
         tie_embeddings=False,
+        pad_id=pad_id,
     )
     model = Transformer(config).double().eval()
     with torch.no_grad():
@@ -53,17 +55,23 @@ def greedy_variant(
     stop: str = "all",
     with_bos: bool = True,
     src_mask: bool = True,
+    bos: str = "bos_id",
+    pad: str = "config",
 ) -> Tensor:
     """Greedy decoding, recomputing the whole prefix each step, with one thing changed (defaults: the book's)."""
     model, src, max_len, bos_id, eos_id = inputs
-    mask = padding_mask(src, PAD_ID)  # (B, 1, 1, T_src)
+    pad_id = model.config.pad_id
+    mask_pad = PAD_ID if pad in ("0", "0 in the mask") else pad_id
+    fill_pad = PAD_ID if pad in ("0", "0 after EOS") else pad_id
+    mask = padding_mask(src, mask_pad)  # (B, 1, 1, T_src)
     memory = model.encode(src, mask)
-    tokens = torch.full((src.size(0), 1), bos_id, dtype=torch.long)  # (B, 1)
+    start = BOS_ID if bos == "1" else bos_id
+    tokens = torch.full((src.size(0), 1), start, dtype=torch.long)  # (B, 1)
     finished = torch.zeros(src.size(0), dtype=torch.bool)
     for _ in range(max_len):
         next_token = model.decode(tokens, memory, mask if src_mask else None)[:, -1].argmax(dim=-1)  # (B,)
         if pad_after_eos:
-            next_token = next_token.masked_fill(finished, PAD_ID)
+            next_token = next_token.masked_fill(finished, fill_pad)
         tokens = torch.cat([tokens, next_token[:, None]], dim=1)
         finished |= next_token == eos_id
         if (stop == "all" and finished.all()) or (stop == "any" and finished.any()):
@@ -89,10 +97,24 @@ GREEDY_MISTAKES = [
         _greedy(stop="any"),
     ),
     Mistake(
-        "decoding never stops at EOS",
-        "Keep a `finished` flag per sentence and stop when all are set.",
+        "decoding never stops at EOS: every sentence runs on to max_len",
+        "Keep a `finished` flag per sentence, pad finished sentences, and stop when all are set.",
         _GREEDY,
-        _greedy(stop="never"),
+        _greedy(stop="never", pad_after_eos=False),
+    ),
+    Mistake(
+        "bos_id is ignored: every output starts with 1",
+        "Start each output with the bos_id argument: torch.full((B, 1), bos_id).",
+        _GREEDY,
+        _greedy(bos="1"),
+    ),
+    Mistake(
+        "the padding id is taken to be 0 whatever model.config.pad_id says",
+        "Read pad_id = model.config.pad_id, for the source mask and for the padding after EOS.",
+        _GREEDY,
+        lambda inputs: [
+            greedy_variant(inputs, pad=way) for way in ("0", "0 in the mask", "0 after EOS")
+        ],
     ),
     Mistake(
         "the output leaves out the BOS token",
@@ -109,9 +131,27 @@ GREEDY_MISTAKES = [
 ]
 
 
+GREEDY_CONVENTIONS = [
+    Convention(
+        "every sentence padded up to max_len after its EOS (trailing padding)",
+        "your output has more columns, all padding; the book stops when every sentence has produced "
+        "EOS, which saves those steps. Both give the same sentences.",
+        _greedy(stop="never"),
+        accepted=True,
+    ),
+]
+
+
+def _other_ids() -> tuple[Transformer, Tensor]:
+    """The tiny model with pad_id = 3, and a source padded with 3: ids only the arguments give."""
+    src = torch.tensor([[5, 6, 7, 8, 9], [4, 10, 11, 3, 3], [6, 6, 7, 3, 3]])  # (B, T_src)
+    return tiny_model(301, pad_id=3), src
+
+
 def _decoding_inputs() -> dict[str, tuple]:
     model = tiny_model(301)
     src = torch.tensor([[5, 6, 7, 8, 9], [4, 10, 11, 0, 0], [3, 3, 7, 0, 0]])  # (B, T_src), padded with 0
+    other_model, other_src = _other_ids()
     return {
         "tiny model, src (B, T_src) = (3, 5) padded, eos_id = 11: every sentence ends": (
             model,
@@ -121,6 +161,13 @@ def _decoding_inputs() -> dict[str, tuple]:
             11,
         ),
         "eos_id = 3, max_len = 6: one sentence ends, the others reach max_len": (model, src, 6, BOS_ID, 3),
+        "bos_id = 10, eos_id = 9, model.config.pad_id = 3 (the source is padded with 3)": (
+            other_model,
+            other_src,
+            10,
+            10,
+            9,
+        ),
     }
 
 
@@ -131,11 +178,17 @@ def check_greedy_decode(decode: Callable, verbose: bool = True) -> CheckResult:
     decode(model, src, max_len, bos_id, eos_id): model is chapter 6's Transformer (use model.encode and
     model.decode, and model.config.pad_id); src (B, T_src) token ids padded with pad_id -> (B, 1 + T_out) long:
     BOS, then the most likely token at each step, pad_id after a sentence's EOS; stop when every sentence has
-    produced eos_id or after max_len new tokens.
+    produced eos_id or after max_len new tokens (padding every sentence up to max_len is accepted
+    too).
     """
     cases = [Case(label, x, greedy_decode(*x)) for label, x in _decoding_inputs().items()]
     result = run_check(
-        "check_greedy_decode: greedy decoding (chapter 8)", lambda x: decode(*x), cases, GREEDY_MISTAKES, 0.0
+        "check_greedy_decode: greedy decoding (chapter 8)",
+        lambda x: decode(*x),
+        cases,
+        GREEDY_MISTAKES,
+        0.0,
+        GREEDY_CONVENTIONS,
     )
     return report(result, verbose)
 
@@ -160,7 +213,8 @@ def _beam_one(
     keep_finished: bool,
 ) -> tuple[list[int], int]:
     """Beam search for one sentence, hypothesis by hypothesis: (the best tokens, the number of steps run)."""
-    mask = padding_mask(src, PAD_ID)
+    pad_id = model.config.pad_id
+    mask = padding_mask(src, pad_id)
     memory = model.encode(src, mask)
     beam = [([bos], 0.0, False)]  # (tokens, log p, finished)
     best_done: tuple[float, list[int]] | None = None
@@ -175,7 +229,7 @@ def _beam_one(
         candidates = []
         for tokens, log_p, done in beam:
             if done:
-                candidates.append((tokens + [PAD_ID], log_p, True))
+                candidates.append((tokens + [pad_id], log_p, True))
                 continue
             logits = model.decode(torch.tensor([tokens]), memory, mask)[0, -1]
             for token, value in enumerate(torch.log_softmax(logits, dim=-1).tolist()):
@@ -194,10 +248,15 @@ def _beam_one(
 
 
 def beam_variant(
-    inputs: tuple, penalty: str = "gnmt", keep_finished: bool = True, greedy: bool = False
+    inputs: tuple,
+    penalty: str = "gnmt",
+    keep_finished: bool = True,
+    greedy: bool = False,
+    bos_one: bool = False,
 ) -> Tensor:
     """Beam search with one thing changed (the defaults give the book's result), as a padded (B, 1 + T_out)."""
     model, src, beam_size, max_len, bos, eos, alpha = inputs
+    bos = BOS_ID if bos_one else bos
     found = [
         _beam_one(
             model,
@@ -213,7 +272,7 @@ def beam_variant(
         for b in range(src.size(0))
     ]
     width = 1 + max(steps for _, steps in found)
-    return torch.tensor([(tokens + [PAD_ID] * width)[:width] for tokens, _ in found])
+    return torch.tensor([(tokens + [model.config.pad_id] * width)[:width] for tokens, _ in found])
 
 
 def _beam(**changes: Any) -> Callable[[tuple], Tensor]:
@@ -246,6 +305,12 @@ BEAM_MISTAKES = [
         _BEAM,
         _beam(greedy=True),
     ),
+    Mistake(
+        "bos_id is ignored: every hypothesis starts with 1",
+        "Start each hypothesis with the bos_id argument.",
+        _BEAM,
+        _beam(bos_one=True),
+    ),
 ]
 
 
@@ -270,6 +335,7 @@ def check_beam_search(search: Callable, verbose: bool = True) -> CheckResult:
             2.0,
         ),
         "eos_id = 11, length_penalty 0.6 (the paper's)": (model, src, 3, 8, BOS_ID, 11, 0.6),
+        "bos_id = 10, eos_id = 11, model.config.pad_id = 3": (*_other_ids(), 3, 8, 10, 11, 0.6),
     }
     cases = [Case(label, x, beam_search(*x)) for label, x in inputs.items()]
     result = run_check(

@@ -3,11 +3,13 @@
 (the appendix after chapter 12, "Check your own code")."""
 
 # %% auto #0
-__all__ = ['NOT_WRITTEN', 'MATCH_TOLERANCE', 'Case', 'Mistake', 'CheckResult', 'random_tensor', 'call_safely', 'describe',
-           'compare', 'same', 'diagnose', 'run_check', 'keeps_rng', 'report']
+__all__ = ['NOT_WRITTEN', 'MATCH_TOLERANCE', 'LOW_PRECISION_TOLERANCE', 'CHANGES_ITS_INPUT', 'Case', 'Mistake', 'Convention',
+           'CheckResult', 'random_tensor', 'call_safely', 'describe', 'compare', 'same', 'diagnose', 'run_check',
+           'keeps_rng', 'report']
 
 # %% ../../../chapters/13_check_your_code.ipynb #86f32fd0
 
+import copy
 import functools
 import math
 from collections.abc import Callable, Sequence
@@ -15,11 +17,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 NOT_WRITTEN = "not written yet"
 MATCH_TOLERANCE = 1e-3  # how close a reader's output must be to a known mistake's output to name that mistake
-_FAILED = object()  # stands for the output of a call that raised
+# How far a float16 or bfloat16 output may be from the book's float32 one, relative to the largest
+# value: float16 keeps 11 significant bits (rounding ~5e-4), bfloat16 8 (~4e-3); roundings add up.
+LOW_PRECISION_TOLERANCE = {torch.float16: 1e-2, torch.bfloat16: 5e-2}
 
 
 @dataclass
@@ -42,16 +46,30 @@ class Mistake:
 
 
 @dataclass
+class Convention:
+    """Another way of writing the part, used elsewhere (the Annotated Transformer, PyTorch): not a
+    mistake, but a different answer. An accepted convention passes the check; the others fail it,
+    named, with what differs."""
+
+    name: str
+    differs: str  # what differs from the book's answer, and what to change to match it
+    output: Callable[[Any], Any]  # case.inputs -> the output in this convention
+    accepted: bool = False
+
+
+@dataclass
 class CheckResult:
     """The verdict of one check; `bool(result)` is True when every case matched the book's implementation.
 
-    print(result) shows the report again; `diagnoses` holds the names of the mistakes recognised.
+    print(result) shows the report again; `diagnoses` holds the names of the mistakes recognised,
+    `conventions` those of the other conventions recognised (an accepted one: in a passing result).
     """
 
     title: str
     passed: bool
     lines: list[str]
     diagnoses: list[str] = field(default_factory=list)
+    conventions: list[str] = field(default_factory=list)
 
     def __bool__(self) -> bool:
         return self.passed
@@ -60,7 +78,10 @@ class CheckResult:
         return "\n".join(self.lines)
 
     def __repr__(self) -> str:
-        return f"CheckResult({self.title!r}, passed={self.passed}, diagnoses={self.diagnoses})"
+        return (
+            f"CheckResult({self.title!r}, passed={self.passed}, diagnoses={self.diagnoses}, "
+            f"conventions={self.conventions})"
+        )
 
 # %% ../../../chapters/13_check_your_code.ipynb #3965f283
 def random_tensor(seed: int, *shape: int, scale: float = 1.0) -> Tensor:
@@ -131,7 +152,21 @@ def _compare_tensor(actual: Any, expected: Tensor, tolerance: float) -> tuple[bo
     difference = (
         float((actual.detach().double() - expected.detach().double()).abs().max()) if actual.numel() else 0.0
     )
+    relative = LOW_PRECISION_TOLERANCE.get(actual.dtype)
+    if relative is not None and expected.dtype not in LOW_PRECISION_TOLERANCE:  # float16 arithmetic
+        low = max(tolerance, relative * _scale(expected))
+        share = f"{relative:.0e} of the largest value"
+        dtype = str(actual.dtype).removeprefix("torch.")
+        if difference <= low:
+            return True, f"max |difference| within {dtype}'s rounding ({share})"
+        return False, f"{_bucket(difference, low)} ({dtype}: {share} allowed)"
     return difference <= tolerance, _bucket(difference, tolerance)
+
+
+def _scale(values: Tensor) -> float:
+    """The largest finite |value|, at least 1: what a relative tolerance is relative to."""
+    finite = values.detach().double()[torch.isfinite(values)]
+    return max(1.0, float(finite.abs().max())) if finite.numel() else 1.0
 
 
 def compare(actual: Any, expected: Any, tolerance: float) -> tuple[bool, str]:
@@ -168,6 +203,7 @@ def same(actual: Any, wrong: Any, tolerance: float = MATCH_TOLERANCE) -> bool:
             return False
         if not wrong.dtype.is_floating_point:
             return actual.dtype == wrong.dtype and torch.equal(actual, wrong)
+        tolerance = max(tolerance, LOW_PRECISION_TOLERANCE.get(actual.dtype, 0.0))  # float16
         actual, wrong = actual.detach().double(), wrong.detach().double()
         finite = wrong[torch.isfinite(wrong)]
         scale = (
@@ -180,9 +216,42 @@ def same(actual: Any, wrong: Any, tolerance: float = MATCH_TOLERANCE) -> bool:
     return (math.isnan(a) and math.isnan(w)) or math.isclose(a, w, rel_tol=tolerance, abs_tol=tolerance)
 
 # %% ../../../chapters/13_check_your_code.ipynb #70d0b775
+@dataclass
+class _Raised:
+    """Stands for the output of a call that raised: what it raised, to compare with a mistake's."""
+
+    error: str  # call_safely's account, "raised ValueError: math domain error"
+
+    @property
+    def kind(self) -> str:
+        return self.error.split(":")[0]
+
+
 def _matches(output: Any, wrong: Any) -> bool:
     """`same`, where a mistake that can be made in several ways lists the outputs of each (any one matches)."""
     return any(same(output, w) for w in wrong) if isinstance(wrong, list) else same(output, wrong)
+
+
+def _explains(
+    variant: Callable[[Any], Any],
+    cases: Sequence[Case],
+    outputs: Sequence[Any],
+    passed: Sequence[bool],
+) -> bool:
+    """Whether a variant gives the reader's outputs wherever the reader's code returned something,
+    raises the same kind of exception where it raised, and so explains at least one failed case."""
+    explained = returned = 0
+    for case, output, ok in zip(cases, outputs, passed):
+        wrong, error = call_safely(variant, case.inputs)
+        if isinstance(output, _Raised):  # the same exception (log 0: ValueError) explains a failure
+            explained += not ok and error is not None and error.split(":")[0] == output.kind
+            continue
+        if error is not None:
+            continue
+        if not _matches(output, wrong):
+            return False
+        explained, returned = explained + (not ok), returned + 1
+    return explained > 0 and returned > 0
 
 
 def diagnose(
@@ -190,22 +259,45 @@ def diagnose(
 ) -> list[Mistake]:
     """The mistakes whose outputs equal the reader's wherever the reader's code returned something, and that
     explain at least one failed case."""
-    found = []
-    for mistake in mistakes:
-        explained = 0
-        for case, output, ok in zip(cases, outputs, passed):
-            if output is _FAILED:
-                continue
-            wrong, error = call_safely(mistake.output, case.inputs)
-            if error is not None:
-                continue
-            if not _matches(output, wrong):
-                break
-            explained += not ok
+    return [mistake for mistake in mistakes if _explains(mistake.output, cases, outputs, passed)]
+
+
+CHANGES_ITS_INPUT = Mistake(
+    "your code changes a tensor it was given, in place",
+    "Leave the inputs as they are: x = x * s makes a new tensor; x *= s, x.mul_(s) and "
+    "x[...] = ... change the caller's.",
+    "",
+    lambda inputs: None,
+)
+
+
+def _leaves(value: Any) -> list[Any]:
+    """The tensors and plain values in a case's inputs (a module's parameters and buffers too)."""
+    if isinstance(value, nn.Module):
+        return list(value.state_dict().values())
+    if isinstance(value, (tuple, list)):
+        return [leaf for item in value for leaf in _leaves(item)]
+    if isinstance(value, dict):
+        return [leaf for item in value.values() for leaf in _leaves(item)]
+    return [value]
+
+
+def _changed(original: Any, given: Any) -> list[str]:
+    """What the reader's code changed in its copy of a case's inputs ('a tensor of shape (2, 4)')."""
+    changed = []
+    for before, after in zip(_leaves(original), _leaves(given)):
+        if isinstance(before, Tensor):
+            same_tensor = (
+                isinstance(after, Tensor)
+                and after.shape == before.shape
+                and after.dtype == before.dtype
+                and torch.equal(after, before)
+            )
         else:
-            if explained:
-                found.append(mistake)
-    return found
+            same_tensor = type(after) is type(before) and after == before
+        if not same_tensor:
+            changed.append(describe(before))
+    return changed
 
 
 def run_check(
@@ -214,37 +306,67 @@ def run_check(
     cases: Sequence[Case],
     mistakes: Sequence[Mistake],
     tolerance: float,
+    conventions: Sequence[Convention] = (),
 ) -> CheckResult:
-    """Run the reader's code (through `run`, given a case's inputs) on every case; compare, diagnose, report."""
-    lines, outputs, passed = [title], [], []
+    """Run the reader's code (through `run`, given a copy of a case's inputs) on every case;
+    compare, diagnose, report. The variants run on the case's own inputs, never seen by the reader's
+    code."""
+    lines, outputs, passed, rows = [title], [], [], []
     for case in cases:
-        output, error = call_safely(run, case.inputs)
+        given = copy.deepcopy(case.inputs)
+        output, error = call_safely(run, given)
         if error == NOT_WRITTEN:
             lines.append(
                 "  not written yet: your code raises NotImplementedError. Write it, then run the check again."
             )
             return CheckResult(title, False, lines)
         ok, words = (False, error) if error is not None else compare(output, case.expected, tolerance)
-        outputs.append(_FAILED if error is not None else output)
+        outputs.append(_Raised(error) if error is not None else output)
         passed.append(ok)
-        lines.append(f"  {'ok  ' if ok else 'FAIL'}  {case.label}: {words}")
-    failed = passed.count(False)
-    if not failed:
-        lines.append(f"  passed: all {len(cases)} cases match the book's implementation.")
-        return CheckResult(title, True, lines)
-    found = diagnose(mistakes, cases, outputs, passed)
-    for mistake in found:
+        rows.append([ok, case.label, words, _changed(case.inputs, given)])
+    named = [c for c in conventions if _explains(c.output, cases, outputs, passed)]
+    raised = any(isinstance(output, _Raised) for output in outputs)  # a raise is never a convention
+    accepted = next((c for c in named if c.accepted and not raised), None)
+    for row in rows:
+        if accepted is not None and not row[0]:
+            row[0], row[2] = True, "the book's answer in another convention (below)"
+        if row[3]:
+            changed = ", ".join(row[3])
+            row[0], row[2] = False, f"{row[2]}; but it changed its input in place ({changed})"
+        lines.append(f"  {'ok  ' if row[0] else 'FAIL'}  {row[1]}: {row[2]}")
+    in_place = any(row[3] for row in rows)
+    if accepted is not None:
         lines += [
-            f"  likely mistake: {mistake.name}.",
-            f"    fix: {mistake.fix}",
-            f"    re-read: {mistake.section}",
+            f"  another convention, accepted: {accepted.name}.",
+            f"    what differs: {accepted.differs}",
         ]
-    if not found and any(output is not _FAILED for output in outputs):
+    if all(row[0] for row in rows):
+        upto = ", up to the convention above" if accepted else ""
+        lines.append(f"  passed: all {len(cases)} cases match the book's implementation{upto}.")
+        return CheckResult(title, True, lines, conventions=[accepted.name] if accepted else [])
+    found = [CHANGES_ITS_INPUT] if in_place else []
+    named = [] if accepted is not None else [c for c in named if not c.accepted]
+    if not all(passed) and accepted is None:
+        found += diagnose(mistakes, cases, outputs, passed)
+    for mistake in found:
+        lines += [f"  likely mistake: {mistake.name}.", f"    fix: {mistake.fix}"]
+        lines += [f"    re-read: {mistake.section}"] if mistake.section else []
+    for convention in named:
+        lines += [
+            f"  not a mistake, another convention: {convention.name}.",
+            f"    what differs: {convention.differs}",
+        ]
+    if not found and not named and any(not isinstance(output, _Raised) for output in outputs):
         lines.append(
             "  no mistake the check knows matches these outputs: compare yours with the book's on a failing case."
         )
-    lines.append(f"  FAILED: {failed} of {len(cases)} cases differ from the book's implementation.")
-    return CheckResult(title, False, lines, [mistake.name for mistake in found])
+    failed = passed.count(False)
+    lines.append(
+        f"  FAILED: {failed} of {len(cases)} cases differ from the book's implementation."
+        if failed and accepted is None
+        else "  FAILED: the outputs match the book's, but your code changed its inputs in place."
+    )
+    return CheckResult(title, False, lines, [m.name for m in found], [c.name for c in named])
 
 
 def keeps_rng(check: Callable[..., CheckResult]) -> Callable[..., CheckResult]:

@@ -2,7 +2,7 @@
 """Checks of a reader's masks and decoder input: padding and causal masks, the shifted-right target (chapter 5)."""
 
 # %% auto #0
-__all__ = ['PADDING_MISTAKES', 'CAUSAL_MISTAKES', 'SHIFT_MISTAKES', 'check_padding_mask', 'check_causal_mask', 'check_shift_right']
+__all__ = ['PADDING_MISTAKES', 'PADDING_CONVENTIONS', 'CAUSAL_MISTAKES', 'CAUSAL_CONVENTIONS', 'SHIFT_MISTAKES', 'check_padding_mask', 'check_causal_mask', 'check_shift_right']
 
 # %% ../../../chapters/13_check_your_code.ipynb #e32f8400
 
@@ -13,7 +13,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .framework import Case, CheckResult, Mistake, keeps_rng, report
+from .framework import Case, CheckResult, Convention, Mistake, keeps_rng
+from .framework import report
 from .framework import run_check
 from ..masking import causal_mask, make_batch, padding_mask
 
@@ -63,6 +64,30 @@ PADDING_MISTAKES = [
 ]
 
 
+def _integer_masks(allowed: Tensor) -> list[Tensor]:
+    """The integer masks a reader may return instead of a boolean one: 1 = may attend."""
+    return [allowed.to(dtype) for dtype in (torch.long, torch.int32, torch.uint8, torch.int8)]
+
+
+_AS_INTEGERS = (
+    "the same entries as integers. masked_fill needs a boolean mask, and ~ on integers flips bits "
+    "(~1 = -2) instead of negating, so the book's attention cannot use it: return the comparison "
+    "itself (a boolean)."
+)
+PADDING_CONVENTIONS = [
+    Convention(
+        "the Annotated Transformer's padding mask, shape (B, 1, T)",
+        "(tokens != pad_id).unsqueeze(-2) has no head axis: the Annotated Transformer's attention "
+        "adds it (mask.unsqueeze(1)), this book's adds nothing and needs (B, 1, 1, T), which "
+        "broadcasts against scores (B, H, L_q, T) as it is.",
+        lambda x: (x[0] != x[1])[:, None, :],
+    ),
+    Convention(
+        "an integer mask, 1 = may attend", _AS_INTEGERS, lambda x: _integer_masks(padding_mask(*x))
+    ),
+]
+
+
 @keeps_rng
 def check_padding_mask(mask_fn: Callable, verbose: bool = True) -> CheckResult:
     """Check a reader's padding mask against chapter 5's padding_mask.
@@ -80,6 +105,7 @@ def check_padding_mask(mask_fn: Callable, verbose: bool = True) -> CheckResult:
         cases,
         PADDING_MISTAKES,
         0.0,
+        PADDING_CONVENTIONS,
     )
     return report(result, verbose)
 
@@ -111,6 +137,19 @@ CAUSAL_MISTAKES = [
     ),
 ]
 
+CAUSAL_CONVENTIONS = [
+    Convention(
+        "the Annotated Transformer's subsequent_mask, shape (1, T, T)",
+        "the leading axis of 1 stands for the batch; the book's causal_mask returns (T, T). Both "
+        "broadcast the same way against scores (B, H, T, T), but a (T, T) mask can also be sliced "
+        "and combined as a matrix: drop the first axis to match the book.",
+        lambda size: causal_mask(size)[None],
+    ),
+    Convention(
+        "an integer mask, 1 = may attend", _AS_INTEGERS, lambda size: _integer_masks(causal_mask(size))
+    ),
+]
+
 
 @keeps_rng
 def check_causal_mask(mask_fn: Callable, verbose: bool = True) -> CheckResult:
@@ -119,7 +158,14 @@ def check_causal_mask(mask_fn: Callable, verbose: bool = True) -> CheckResult:
     mask_fn(size) -> (T, T) boolean with T = size, True on and below the diagonal: query i attends to keys j <= i.
     """
     cases = [Case(f"T = {size}", size, causal_mask(size)) for size in (1, 4, 7)]
-    result = run_check("check_causal_mask: the causal mask (chapter 5)", mask_fn, cases, CAUSAL_MISTAKES, 0.0)
+    result = run_check(
+        "check_causal_mask: the causal mask (chapter 5)",
+        mask_fn,
+        cases,
+        CAUSAL_MISTAKES,
+        0.0,
+        CAUSAL_CONVENTIONS,
+    )
     return report(result, verbose)
 
 # %% ../../../chapters/13_check_your_code.ipynb #bea4c0b9

@@ -54,7 +54,7 @@ def copy_projections(source: nn.Module, target: nn.Module, call_first: Callable[
 
 def _mha_cases() -> list[Case]:
     x, memory = random_tensor(10, 2, 5, 12), random_tensor(11, 2, 6, 12)
-    query = random_tensor(12, 2, 6, 12)
+    query, other = random_tensor(12, 2, 6, 12), random_tensor(13, 2, 6, 12)
     padding = torch.tensor([[True] * 6, [True] * 4 + [False] * 2])[:, None, None, :]  # (B, 1, 1, L_k)
     causal = torch.ones(5, 5, dtype=torch.bool).tril()
     inputs = {
@@ -66,6 +66,12 @@ def _mha_cases() -> list[Case]:
             padding,
         ),
         "causal self-attention, mask (T, T)": (x, x, x, causal),
+        "cross-attention with key and value from two different tensors": (
+            query,
+            memory,
+            other,
+            padding,
+        ),
     }
     layer = _reference_layer(12, 3)
     with torch.no_grad():
@@ -79,11 +85,14 @@ def mha_variant(
     divisor: str = "D_h",
     out_proj: bool = True,
     query_as_memory: bool = False,
+    sources: str = "key value",
 ) -> Tensor:
     """Multi-head attention with chapter 3's weights and one thing changed (the defaults give the book's result)."""
     layer, query, key, value, mask = inputs
     if query_as_memory:
         key = value = query
+    if sources != "key value":  # one of the two arguments read twice
+        key = value = key if sources == "key key" else value
     batch, length_q, d_model = query.shape
     heads, d_head = layer.num_heads, d_model // layer.num_heads
 
@@ -141,6 +150,18 @@ MHA_MISTAKES = [
         "Use k_proj(key) and v_proj(value): in cross-attention they come from another sequence.",
         'chapter 3, "Self-attention and cross-attention"',
         _mha(query_as_memory=True),
+    ),
+    Mistake(
+        "the values are projected from the key argument (v_proj(key))",
+        "Use v_proj(value): key and value are two arguments, even where they hold one tensor.",
+        'chapter 3, "Self-attention and cross-attention"',
+        _mha(sources="key key"),
+    ),
+    Mistake(
+        "the keys are projected from the value argument (k_proj(value))",
+        "Use k_proj(key): key and value are two arguments, even where they hold one tensor.",
+        'chapter 3, "Self-attention and cross-attention"',
+        _mha(sources="value value"),
     ),
 ]
 

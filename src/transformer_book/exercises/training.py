@@ -2,7 +2,7 @@
 """Checks of a reader's training parts: the label-smoothing loss and the warm-up schedule (chapter 7)."""
 
 # %% auto #0
-__all__ = ['LOSS_TOLERANCE', 'SMOOTHING_MISTAKES', 'SCHEDULE_MISTAKES', 'smoothing_variant', 'check_label_smoothing', 'schedule_variant', 'check_warmup_schedule']
+__all__ = ['LOSS_TOLERANCE', 'SMOOTHING_MISTAKES', 'SMOOTHING_CONVENTIONS', 'SCHEDULE_MISTAKES', 'smoothing_variant', 'check_label_smoothing', 'schedule_variant', 'check_warmup_schedule']
 
 # %% ../../../chapters/13_check_your_code.ipynb #4ba933a6
 
@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .framework import Case, CheckResult, Mistake, keeps_rng
+from .framework import Case, CheckResult, Convention, Mistake, keeps_rng
 from .framework import random_tensor, report, run_check
 from ..training import LabelSmoothingLoss, noam_rate
 
@@ -100,6 +100,21 @@ SMOOTHING_MISTAKES = [
     ),
 ]
 
+SMOOTHING_CONVENTIONS = [
+    Convention(
+        "the Annotated Transformer's label smoothing (KLDivLoss, smoothing / (K - 2))",
+        "it spreads smoothing / (K - 2) over the classes other than the target and padding, and "
+        "returns KL(q || p), the cross-entropy minus the entropy of q (summed over the tokens, or "
+        "divided by their number). The book's loss gives smoothing / K to every class and returns "
+        "the mean cross-entropy, as F.cross_entropy(logits, target, label_smoothing=..., "
+        "ignore_index=...) does. Both train alike; the numbers differ.",
+        lambda inputs: [
+            smoothing_variant(inputs, spread="K-2 (no padding class)", kl=True, denominator=mean)
+            for mean in ("sum", "kept")
+        ],
+    ),
+]
+
 
 @keeps_rng
 def check_label_smoothing(loss_class: Callable, verbose: bool = True) -> CheckResult:
@@ -126,6 +141,7 @@ def check_label_smoothing(loss_class: Callable, verbose: bool = True) -> CheckRe
         cases,
         SMOOTHING_MISTAKES,
         LOSS_TOLERANCE,
+        SMOOTHING_CONVENTIONS,
     )
     return report(result, verbose)
 
