@@ -136,13 +136,50 @@ def test_module_holds_at_most_400_lines_of_code(path):
         f"{module_name(path)} has {lines} lines of code; split it by concept (limit {MAX_MODULE_CODE_LINES})")
 
 
+# Modules still over the share when the rule came in (2026-11-28, after the chapters' comments, docstrings and long
+# statements were wrapped to 100 columns), with their count of long lines then: mostly long message strings. A count
+# may only fall; a module leaves the list once it fits. Wrap them when you next edit their chapter.
+STILL_TO_WRAP = {
+    "attention": 8,
+    "checks": 16,
+    "decoding": 46,
+    "masking": 18,
+    "multihead": 10,
+    "optim": 10,
+    "recurrent": 37,
+    "run.checkpoint": 50,
+    "run.cli": 67,
+    "run.loop": 46,
+    "run.safefiles": 20,
+    "run.translate": 21,
+    "seq2seq": 43,
+    "training": 38,
+}
+
+
+def long_lines(path: Path) -> tuple[list[int], int]:
+    """The numbers of a module's lines over LONG_LINE characters (nbdev's __all__ aside), and its line count."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return [i for i, line in enumerate(lines, 1) if len(line) > LONG_LINE and not line.startswith("__all__")], len(lines)
+
+
 @pytest.mark.parametrize("path", MODULES, ids=NAMES)
 def test_module_lines_fit_a_narrow_screen(path):
-    lines = path.read_text(encoding="utf-8").splitlines()
-    long = [i for i, line in enumerate(lines, 1) if len(line) > LONG_LINE and not line.startswith("__all__")]
-    assert len(long) <= MAX_LONG_LINE_SHARE * len(lines), (
-        f"{module_name(path)}: {len(long)} of {len(lines)} lines are over {LONG_LINE} characters (lines {long}); "
-        f"wrap them in the chapter (at most {MAX_LONG_LINE_SHARE:.0%})")
+    long, count = long_lines(path)
+    allowed = max(MAX_LONG_LINE_SHARE * count, STILL_TO_WRAP.get(module_name(path), 0))
+    assert len(long) <= allowed, (
+        f"{module_name(path)}: {len(long)} of {count} lines are over {LONG_LINE} characters (lines {long}); "
+        f"wrap them in the chapter (at most {MAX_LONG_LINE_SHARE:.0%}, or its count in STILL_TO_WRAP)")
+
+
+def test_the_modules_still_to_wrap_are_still_over_the_share():
+    fitting = [name for name, path in zip(NAMES, MODULES) if name in STILL_TO_WRAP
+               and len(long_lines(path)[0]) <= MAX_LONG_LINE_SHARE * long_lines(path)[1]]
+    assert not fitting, f"{fitting} now fit: remove them from STILL_TO_WRAP, so that they stay fitting"
+    lowered = {name: len(long_lines(path)[0]) for name, path in zip(NAMES, MODULES)
+               if name in STILL_TO_WRAP and len(long_lines(path)[0]) < STILL_TO_WRAP[name]}
+    assert not lowered, f"fewer long lines now: lower their counts in STILL_TO_WRAP to {lowered}"
+    assert set(STILL_TO_WRAP) <= set(NAMES), f"no such modules: {set(STILL_TO_WRAP) - set(NAMES)}"
 
 
 @pytest.mark.parametrize("path", MODULES, ids=NAMES)

@@ -61,12 +61,11 @@ def scaled_dot_product_attention(
 ) -> tuple[Tensor, Tensor]:
     """softmax(Q K^T / sqrt(d_k)) V over the last two dimensions.
 
-    query (..., L_q, d_k), key (..., L_k, d_k), value (..., L_k, d_v); any leading batch dimensions that
-    broadcast, for example (B, H, L, D_h).
-    mask: boolean, True = may attend, broadcastable to (..., L_q, L_k).
-    dropout: an optional module (nn.Dropout) applied to the attention weights.
-    Returns the output (..., L_q, d_v) and the attention weights (..., L_q, L_k).
-    A row whose keys are all masked gets zero weights (and a zero output) instead of NaN.
+    query (..., L_q, d_k), key (..., L_k, d_k), value (..., L_k, d_v); any leading batch dimensions
+    that broadcast, for example (B, H, L, D_h). mask: boolean, True = may attend, broadcastable to
+    (..., L_q, L_k). dropout: an optional module (nn.Dropout) applied to the attention weights.
+    Returns the output (..., L_q, d_v) and the attention weights (..., L_q, L_k). A row whose keys
+    are all masked gets zero weights (and a zero output) instead of NaN.
     """
     check_attention_inputs(query, key, value, dropout)
     d_k = query.size(-1)
@@ -75,10 +74,12 @@ def scaled_dot_product_attention(
         check_mask(mask, scores.shape)
         # The smallest finite number, not -inf: a fully masked row then stays finite (no NaN) ...
         scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
-    weights = scores.softmax(dim=-1)  # softmax(Q K^T / sqrt(d_k)), each row sums to 1: (..., L_q, L_k)
+    # softmax(Q K^T / sqrt(d_k)), each row sums to 1: (..., L_q, L_k)
+    weights = scores.softmax(dim=-1)
     if mask is not None:
         # ... and its weights become exactly zero here.
         weights = weights.masked_fill(~mask, 0.0)
     if dropout is not None:
         weights = dropout(weights)
-    return weights @ value, weights  # softmax(...) V: (..., L_q, d_v), and the weights (..., L_q, L_k)
+    # softmax(...) V: (..., L_q, d_v), and the weights (..., L_q, L_k)
+    return weights @ value, weights

@@ -19,7 +19,8 @@ from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_toke
 
 from .checks import check_int
 from .masking import Batch, make_batch, pad_sequences
-from .multi30k import DataError, download_multi30k  # the download, this chapter's appendix
+# the download, this chapter's appendix
+from .multi30k import DataError, download_multi30k
 from .tokens import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, UNK_ID  # chapter 2's
 
 # %% ../../chapters/09_translation_data.ipynb #97ba54c3
@@ -40,9 +41,9 @@ def load_multi30k(
 ) -> list[tuple[str, str]]:
     """The (source, target) sentence pairs of one split ("train", "val" or "test2016"), stripped.
 
-    The files come from download_multi30k(root): when the environment variable TRANSFORMER_BOOK_DATA is set,
-    they are read from its folder and `root` is not used; otherwise from <root>/multi30k/ (root defaulting to
-    ~/.cache/transformer_book), downloaded there when missing.
+    The files come from download_multi30k(root): when the environment variable TRANSFORMER_BOOK_DATA
+    is set, they are read from its folder and `root` is not used; otherwise from <root>/multi30k/
+    (root defaulting to ~/.cache/transformer_book), downloaded there when missing.
     """
     if split not in SPLITS:
         raise ValueError(f"split must be one of {list(SPLITS)}; got {split!r}")
@@ -59,7 +60,8 @@ def load_multi30k(
     return list(zip(src, tgt))
 
 # %% ../../chapters/09_translation_data.ipynb #480aaa45
-# every character for which str.isspace() is True (tests/test_data.py checks the list against Python)
+# every character for which str.isspace() is True (tests/test_data.py checks the list against
+# Python)
 _WHITESPACE = "\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
 _WHITESPACE_RUN = f"[{_WHITESPACE}]+"
 _WHITESPACE_RE = re.compile(_WHITESPACE_RUN)
@@ -151,10 +153,11 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
 def encode_pairs(
     pairs: Sequence[tuple[str, str]], tokenizer: Tokenizer, max_len: int | None = None
 ) -> list[tuple[list[int], list[int]]]:
-    """(source, target) sentences -> (ids + [EOS], [BOS] + ids + [EOS]); pairs longer than max_len dropped.
+    """(source, target) sentences -> (ids + [EOS], [BOS] + ids + [EOS]); pairs longer than max_len
+    dropped.
 
-    A pair is dropped when its source (with EOS) or its target positions (BOS ... or ... EOS, one less
-    than the full target) exceed max_len. Nothing is truncated.
+    A pair is dropped when its source (with EOS) or its target positions (BOS ... or ... EOS, one
+    less than the full target) exceed max_len. Nothing is truncated.
     """
     if max_len is not None:
         check_int("max_len", max_len, minimum=2)  # or None: keep every pair
@@ -172,7 +175,8 @@ def encode_pairs(
     return examples
 
 # %% ../../chapters/09_translation_data.ipynb #372c2907
-DEFAULT_POOL_SIZE = 16384  # examples sorted together; large pools waste less on padding (measured in ch. 9)
+# examples sorted together; large pools waste less on padding (measured in ch. 9)
+DEFAULT_POOL_SIZE = 16384
 
 
 def token_buckets(
@@ -185,8 +189,8 @@ def token_buckets(
 ) -> list[list[int]]:
     """Groups of example indices with len(group) * max(sizes[i] for i in group) <= max_tokens.
 
-    shuffle=True: shuffle, sort within pools, cut, shuffle the groups (same (seed, epoch), same groups).
-    shuffle=False: one sorted pool, groups in length order (for evaluation).
+    shuffle=True: shuffle, sort within pools, cut, shuffle the groups (same (seed, epoch), same
+    groups). shuffle=False: one sorted pool, groups in length order (for evaluation).
     """
     check_int("max_tokens", max_tokens)
     check_int("pool_size", pool_size)
@@ -203,11 +207,13 @@ def token_buckets(
         rng.shuffle(order)
     else:
         pool_size = len(order)
-    for start in range(0, len(order), pool_size):  # a stable sort: equal sizes keep their shuffled order
+    # a stable sort: equal sizes keep their shuffled order
+    for start in range(0, len(order), pool_size):
         order[start : start + pool_size] = sorted(order[start : start + pool_size], key=sizes.__getitem__)
     groups, current, longest = [], [], 0
     for i in order:
-        if current and (len(current) + 1) * max(longest, sizes[i]) > max_tokens:  # B * T would exceed
+        # B * T would exceed
+        if current and (len(current) + 1) * max(longest, sizes[i]) > max_tokens:
             groups.append(current)
             current, longest = [], 0
         current.append(i)
@@ -226,7 +232,8 @@ def batch_by_tokens(
     epoch: int = 0,
     pool_size: int = DEFAULT_POOL_SIZE,
 ) -> list[Batch]:
-    """Examples from encode_pairs -> Batches with B * max(T_src, T_tgt) <= max_tokens (see token_buckets).
+    """Examples from encode_pairs -> Batches with B * max(T_src, T_tgt) <= max_tokens (see
+    token_buckets).
 
     Each Batch holds src (B, T_src), tgt_in and tgt_out (B, T_tgt) and their masks (chapter 5).
     """
@@ -234,7 +241,8 @@ def batch_by_tokens(
     for i, (src, tgt) in enumerate(examples):
         if len(src) < 1 or len(tgt) < 2:
             raise ValueError(f"examples[{i}] needs >= 1 source id and >= 2 target ids (BOS ... EOS)")
-        sizes.append(max(len(src), len(tgt) - 1))  # tgt_in and tgt_out are one shorter than BOS ... EOS
+        # tgt_in and tgt_out are one shorter than BOS ... EOS
+        sizes.append(max(len(src), len(tgt) - 1))
     groups = token_buckets(sizes, max_tokens, shuffle=shuffle, seed=seed, epoch=epoch, pool_size=pool_size)
     batches = []
     for group in groups:

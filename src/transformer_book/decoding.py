@@ -79,11 +79,11 @@ def greedy_decode(
 ) -> Tensor:
     """Pick the most likely next token until EOS or max_len new tokens, for a whole batch at once.
 
-    src (B, T_src) token ids, padded with model.config.pad_id -> (B, 1 + T_out) long, starting with BOS,
-    T_out <= max_len; after a sentence's EOS come pad ids. use_cache=False recomputes the whole prefix at
-    every step (same tokens, slower). limits (B,), optional, gives each sentence its own cap on new tokens
-    (at most max_len), so that its output does not depend on its neighbours in the batch. The model runs in
-    eval mode; its mode is restored afterwards.
+    src (B, T_src) token ids, padded with model.config.pad_id -> (B, 1 + T_out) long, starting with
+    BOS, T_out <= max_len; after a sentence's EOS come pad ids. use_cache=False recomputes the whole
+    prefix at every step (same tokens, slower). limits (B,), optional, gives each sentence its own
+    cap on new tokens (at most max_len), so that its output does not depend on its neighbours in the
+    batch. The model runs in eval mode; its mode is restored afterwards.
     """
     _check_decoding_inputs(model, src, max_len, bos_id, eos_id, limits)
     with _eval_mode(model):
@@ -96,25 +96,27 @@ def greedy_decode(
         cache = new_cache(model) if use_cache else None
         for step in range(max_len):
             step_input = tokens[:, -1:] if use_cache else tokens  # (B, 1) or (B, t)
-            # Every id fed back was chosen by the model, so decode skips its check of the ids (a host read on a
-            # GPU).
-            # (B, vocab_size)
+            # Every id fed back was chosen by the model, so decode skips its check of the ids (a
+            # host read on a GPU). (B, vocab_size)
             logits = model.decode(step_input, memory, src_mask, cache=cache, check_ids=False)[:, -1]
             next_token = logits.argmax(dim=-1)  # (B,): y_t = argmax_y p(y | y_<t, X)
             next_token = next_token.masked_fill(finished, pad_id)  # finished sentences only pad
             tokens = torch.cat([tokens, next_token[:, None]], dim=1)  # (B, t + 1)
-            finished |= (next_token == eos_id) | (caps <= step + 1)  # a sentence at its cap (B,) stops too
+            # a sentence at its cap (B,) stops too
+            finished |= (next_token == eos_id) | (caps <= step + 1)
             if finished.all():
                 break
     return tokens
 
 # %% ../../chapters/08_decoding.ipynb #5c973885
 def gnmt_length_penalty(length: Tensor, alpha: float) -> Tensor:
-    """The GNMT length penalty lp(Y) = ((5 + |Y|) / 6)^alpha (Wu et al. 2016); scores are divided by it.
+    """The GNMT length penalty lp(Y) = ((5 + |Y|) / 6)^alpha (Wu et al. 2016); scores are divided by
+    it.
 
     length: tensor of output lengths |Y| (tokens generated, EOS included), any shape -> same shape.
     """
-    return ((GNMT_LENGTH_OFFSET + length) / (GNMT_LENGTH_OFFSET + 1)) ** alpha  # (5 + |Y|)^a / (5 + 1)^a
+    # (5 + |Y|)^a / (5 + 1)^a
+    return ((GNMT_LENGTH_OFFSET + length) / (GNMT_LENGTH_OFFSET + 1)) ** alpha
 
 # %% ../../chapters/08_decoding.ipynb #88f54e2c
 def _score_dtype(logits: Tensor) -> torch.dtype:
@@ -126,7 +128,8 @@ def _score_dtype(logits: Tensor) -> torch.dtype:
 def hypothesis_score(
     model: nn.Module, src: Tensor, tokens: Tensor, eos_id: int, length_penalty: float = 0.6
 ) -> Tensor:
-    """The beam-search score log p(Y | X) / lp(Y) of given outputs, from one teacher-forced decoder pass.
+    """The beam-search score log p(Y | X) / lp(Y) of given outputs, from one teacher-forced decoder
+    pass.
 
     src (B, T_src); tokens (B, 1 + T_out) starting with BOS, as greedy_decode and beam_search return them.
     |Y| counts the tokens up to and including the first EOS (all T_out if there is none); later tokens are
@@ -140,7 +143,8 @@ def hypothesis_score(
     with _eval_mode(model):
         src_mask = padding_mask(src, model.config.pad_id)  # (B, 1, 1, T_src)
         memory = model.encode(src, src_mask)  # (B, T_src, D)
-        logits = model.decode(tokens[:, :-1], memory, src_mask)  # (B, T_out, vocab_size), causal mask built inside
+        # (B, T_out, vocab_size), causal mask built inside
+        logits = model.decode(tokens[:, :-1], memory, src_mask)
     log_probs = torch.log_softmax(logits.to(_score_dtype(logits)), dim=-1)  # (B, T_out, vocab_size)
     token_log_probs = log_probs.gather(-1, tokens[:, 1:, None]).squeeze(-1)  # (B, T_out): log p(y_t | y_<t, X)
     is_eos = tokens[:, 1:] == eos_id  # (B, T_out)
@@ -253,10 +257,11 @@ def _check_bleu_inputs(hypotheses: Sequence[str], references: Sequence[str]) -> 
 
 # %% ../../chapters/08_decoding.ipynb #7883948f
 def corpus_bleu(hypotheses: Sequence[str], references: Sequence[str], max_n: int = MAX_NGRAM_ORDER) -> float:
-    """Corpus BLEU (Papineni et al. 2002) on whitespace-split tokens, one reference per sentence, 0-100.
+    """Corpus BLEU (Papineni et al. 2002) on whitespace-split tokens, one reference per sentence,
+    0-100.
 
-    BLEU = BP * exp(mean_n log p_n), p_n = clipped n-gram matches / hypothesis n-grams (summed over the
-    corpus), BP = min(1, exp(1 - ref_len / hyp_len)); 0 when some p_n is 0. Equals
+    BLEU = BP * exp(mean_n log p_n), p_n = clipped n-gram matches / hypothesis n-grams (summed over
+    the corpus), BP = min(1, exp(1 - ref_len / hyp_len)); 0 when some p_n is 0. Equals
     sacrebleu.corpus_bleu(hypotheses, [references], tokenize="none", smooth_method="none").score.
     """
     _check_bleu_inputs(hypotheses, references)
@@ -268,10 +273,12 @@ def corpus_bleu(hypotheses: Sequence[str], references: Sequence[str], max_n: int
         hyp_len, ref_len = hyp_len + len(hyp_tokens), ref_len + len(ref_tokens)
         for n in range(1, max_n + 1):
             hyp_counts, ref_counts = ngrams(hyp_tokens, n), ngrams(ref_tokens, n)
-            matches[n - 1] += sum(min(c, ref_counts[g]) for g, c in hyp_counts.items())  # clipped counts
+            # clipped counts
+            matches[n - 1] += sum(min(c, ref_counts[g]) for g, c in hyp_counts.items())
             totals[n - 1] += max(len(hyp_tokens) - n + 1, 0)
     if hyp_len == 0 or min(matches) == 0:
         return 0.0
-    log_precision = sum(math.log(m / t) for m, t in zip(matches, totals)) / max_n  # (1/N) sum_n log p_n
+    # (1/N) sum_n log p_n
+    log_precision = sum(math.log(m / t) for m, t in zip(matches, totals)) / max_n
     brevity = min(0.0, 1.0 - ref_len / hyp_len)  # log BP
     return 100.0 * math.exp(brevity + log_precision)  # 100 * BP * exp((1/N) sum_n log p_n)

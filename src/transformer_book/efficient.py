@@ -30,11 +30,13 @@ def blockwise_attention(
     causal: bool = False,
     block_size: int = 128,
 ) -> Tensor:
-    """softmax(Q K^T / sqrt(d_k)) V over blocks of block_size keys, never storing the (L_q, L_k) table.
+    """softmax(Q K^T / sqrt(d_k)) V over blocks of block_size keys, never storing the (L_q, L_k)
+    table.
 
-    query (..., L_q, d_k), key (..., L_k, d_k), value (..., L_k, d_v) -> (..., L_q, d_v), as chapter 2's
-    scaled_dot_product_attention (without dropout). mask: boolean, True = may attend, broadcastable to
-    (..., L_q, L_k). causal=True lets query i attend to keys j <= i (needs L_q == L_k).
+    query (..., L_q, d_k), key (..., L_k, d_k), value (..., L_k, d_v) -> (..., L_q, d_v), as chapter
+    2's scaled_dot_product_attention (without dropout). mask: boolean, True = may attend,
+    broadcastable to (..., L_q, L_k). causal=True lets query i attend to keys j <= i (needs L_q ==
+    L_k).
     """
     check_attention_inputs(query, key, value)
     block_size = check_int("block_size", block_size)
@@ -47,8 +49,10 @@ def blockwise_attention(
     if mask is not None:
         batch = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])
         check_mask(mask, torch.Size((*batch, length_q, length_k)))
-        mask = mask.expand(*mask.shape[:-1], length_k)  # a view, so that slicing the keys' axis works
-    if length_k == 0:  # no key at all: every row is fully masked, and its output is 0, as in chapter 2
+        # a view, so that slicing the keys' axis works
+        mask = mask.expand(*mask.shape[:-1], length_k)
+    # no key at all: every row is fully masked, and its output is 0, as in chapter 2
+    if length_k == 0:
         batch = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])
         return query.new_zeros(*batch, length_q, value.size(-1))
     query = query / math.sqrt(query.size(-1))  # scaled once here, not in every block of scores
@@ -56,9 +60,11 @@ def blockwise_attention(
     running_max = running_sum = out = None
     for start in range(0, length_k, block_size):
         stop = min(start + block_size, length_k)
-        scores = query @ key[..., start:stop, :].transpose(-2, -1)  # s = Q K_b^T / sqrt(d_k): (..., L_q, b)
+        # s = Q K_b^T / sqrt(d_k): (..., L_q, b)
+        scores = query @ key[..., start:stop, :].transpose(-2, -1)
         if causal:
-            keys_seen = torch.arange(start, stop, device=query.device) <= positions_q  # (L_q, b): j <= i
+            # (L_q, b): j <= i
+            keys_seen = torch.arange(start, stop, device=query.device) <= positions_q
             scores = scores.masked_fill(~keys_seen, -math.inf)
         if mask is not None:
             scores = scores.masked_fill(~mask[..., start:stop], -math.inf)
@@ -80,7 +86,8 @@ def blockwise_attention(
 def window_mask(
     length: int, window: int, causal: bool = False, device: torch.device | str | None = None
 ) -> Tensor:
-    """(T, T) boolean, True where query i may attend to key j: |i - j| <= window (i - window <= j <= i if causal).
+    """(T, T) boolean, True where query i may attend to key j: |i - j| <= window (i - window <= j <=
+    i if causal).
 
     Built from chapter 5's causal_mask; it is the dense reference for sliding_window_attention.
     """
@@ -94,10 +101,12 @@ def window_mask(
 def sliding_window_attention(
     query: Tensor, key: Tensor, value: Tensor, window: int, causal: bool = False
 ) -> Tensor:
-    """Self-attention restricted to |i - j| <= window (i - window <= j <= i if causal), in O(T * window).
+    """Self-attention restricted to |i - j| <= window (i - window <= j <= i if causal), in O(T *
+    window).
 
-    query (..., T, d_k), key (..., T, d_k), value (..., T, d_v) -> (..., T, d_v). Equal to chapter 2's
-    attention under window_mask(T, window, causal); only the band of scores is computed, chunk by chunk.
+    query (..., T, d_k), key (..., T, d_k), value (..., T, d_v) -> (..., T, d_v). Equal to chapter
+    2's attention under window_mask(T, window, causal); only the band of scores is computed, chunk
+    by chunk.
     """
     check_attention_inputs(query, key, value)
     window = check_int("window", window)
@@ -111,11 +120,13 @@ def sliding_window_attention(
     chunk = max(reach, 1)  # queries per chunk
     n_chunks = -(-length // chunk)
     padded = n_chunks * chunk
-    left, right = chunk, (0 if causal else chunk)  # keys before and after each chunk that its queries may see
+    # keys before and after each chunk that its queries may see
+    left, right = chunk, (0 if causal else chunk)
     span = left + chunk + right
     q = F.pad(query, (0, 0, 0, padded - length)).unflatten(-2, (n_chunks, chunk))  # (..., n, c, d_k)
     pad_keys = (0, 0, left, padded - length + right)
-    k = F.pad(key, pad_keys).unfold(-2, span, chunk)  # (..., n, d_k, span): overlapping slices, a view
+    # (..., n, d_k, span): overlapping slices, a view
+    k = F.pad(key, pad_keys).unfold(-2, span, chunk)
     v = F.pad(value, pad_keys).unfold(-2, span, chunk)  # (..., n, d_v, span)
     positions_q = torch.arange(padded, device=query.device).view(n_chunks, chunk, 1)  # (n, c, 1): i
     positions_k = (torch.arange(n_chunks, device=query.device) * chunk - left)[:, None, None] + torch.arange(
@@ -145,11 +156,13 @@ def linear_attention(
     query: Tensor, key: Tensor, value: Tensor, causal: bool = False,
     feature_map: Callable[[Tensor], Tensor] = elu_feature_map,
 ) -> Tensor:
-    """Attention with sim(q, k) = phi(q) . phi(k) instead of exp(q . k / sqrt(d_k)), in parallel form.
+    """Attention with sim(q, k) = phi(q) . phi(k) instead of exp(q . k / sqrt(d_k)), in parallel
+    form.
 
-    query (..., L_q, d_k), key (..., L_k, d_k), value (..., L_k, d_v) -> (..., L_q, d_v). feature_map must
-    return positive features. Not causal: O(L d_k d_v) through S = phi(K)^T V. causal=True (L_q == L_k):
-    the (T, T) table of similarities under chapter 5's causal mask, the reference for the recurrent form.
+    query (..., L_q, d_k), key (..., L_k, d_k), value (..., L_k, d_v) -> (..., L_q, d_v).
+    feature_map must return positive features. Not causal: O(L d_k d_v) through S = phi(K)^T V.
+    causal=True (L_q == L_k): the (T, T) table of similarities under chapter 5's causal mask, the
+    reference for the recurrent form.
     """
     check_attention_inputs(query, key, value)
     _check_feature_map(feature_map)
@@ -168,9 +181,11 @@ def linear_attention(
 def linear_attention_recurrent(
     query: Tensor, key: Tensor, value: Tensor, feature_map: Callable[[Tensor], Tensor] = elu_feature_map
 ) -> Tensor:
-    """Causal linear attention as a recurrence over a state (S, z) of fixed size: one step per position.
+    """Causal linear attention as a recurrence over a state (S, z) of fixed size: one step per
+    position.
 
-    query, key (..., T, d_k), value (..., T, d_v) -> (..., T, d_v); equal to linear_attention(causal=True).
+    query, key (..., T, d_k), value (..., T, d_v) -> (..., T, d_v); equal to
+    linear_attention(causal=True).
     """
     check_attention_inputs(query, key, value)
     if query.size(-2) != key.size(-2):
@@ -185,7 +200,8 @@ def linear_attention_recurrent(
     normaliser = query.new_zeros(*batch, key.size(-1))  # z_0 = 0: (..., d_k)
     outputs = []
     for t in range(query.size(-2)):
-        state = state + phi_k[..., t, :, None] * value[..., t, None, :]  # S_t = S_{t-1} + phi(k_t) v_t^T
+        # S_t = S_{t-1} + phi(k_t) v_t^T
+        state = state + phi_k[..., t, :, None] * value[..., t, None, :]
         normaliser = normaliser + phi_k[..., t, :]  # z_t = z_{t-1} + phi(k_t)
         numerator = (phi_q[..., t, None, :] @ state).squeeze(-2)  # phi(q_t)^T S_t: (..., d_v)
         outputs.append(numerator / (phi_q[..., t, :] * normaliser).sum(dim=-1, keepdim=True))  # o_t
@@ -199,11 +215,12 @@ def repeat_kv(x: Tensor, groups: int) -> Tensor:
 
 
 class GroupedQueryAttention(nn.Module):
-    """Multi-head attention whose num_kv_heads key/value heads each serve num_heads / num_kv_heads query heads.
+    """Multi-head attention whose num_kv_heads key/value heads each serve num_heads / num_kv_heads
+    query heads.
 
-    num_kv_heads == num_heads is chapter 3's MultiHeadAttention; num_kv_heads == 1 is multi-query attention.
-    q_proj and out_proj are (D, D); k_proj and v_proj are (D, num_kv_heads * D_h), so the cache holds
-    (B, num_kv_heads, T, D_h) keys and values.
+    num_kv_heads == num_heads is chapter 3's MultiHeadAttention; num_kv_heads == 1 is multi-query
+    attention. q_proj and out_proj are (D, D); k_proj and v_proj are (D, num_kv_heads * D_h), so the
+    cache holds (B, num_kv_heads, T, D_h) keys and values.
     """
 
     def __init__(
@@ -223,8 +240,10 @@ class GroupedQueryAttention(nn.Module):
         self.d_head, self.groups = d_model // num_heads, num_heads // num_kv_heads
         self.dropout_p = dropout
         self.q_proj = nn.Linear(d_model, d_model, bias=bias)  # W^Q of all h query heads
-        self.k_proj = nn.Linear(d_model, num_kv_heads * self.d_head, bias=bias)  # W^K of the h_kv key heads
-        self.v_proj = nn.Linear(d_model, num_kv_heads * self.d_head, bias=bias)  # W^V of the h_kv value heads
+        # W^K of the h_kv key heads
+        self.k_proj = nn.Linear(d_model, num_kv_heads * self.d_head, bias=bias)
+        # W^V of the h_kv value heads
+        self.v_proj = nn.Linear(d_model, num_kv_heads * self.d_head, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)  # W^O
         self.attn_dropout = nn.Dropout(dropout)
 
@@ -241,10 +260,12 @@ class GroupedQueryAttention(nn.Module):
         need_weights: bool = False,
         cache: KVCache | None = None,
     ) -> Tensor | tuple[Tensor, Tensor]:
-        """query (B, L_q, D), key and value (B, L_k, D) -> (B, L_q, D), as MultiHeadAttention.forward.
+        """query (B, L_q, D), key and value (B, L_k, D) -> (B, L_q, D), as
+        MultiHeadAttention.forward.
 
-        mask: boolean, True = may attend, broadcastable to (B, H, L_q, L_k). need_weights=True also returns
-        the weights (B, H, L_q, L_k). cache: chapter 8's KVCache, holding (B, H_kv, T_seen, D_h).
+        mask: boolean, True = may attend, broadcastable to (B, H, L_q, L_k). need_weights=True also
+        returns the weights (B, H, L_q, L_k). cache: chapter 8's KVCache, holding (B, H_kv, T_seen,
+        D_h).
         """
         check_layer_inputs(self, query, key, value)  # chapter 3's check of the shapes
         q = self.split_heads(self.q_proj(query), self.num_heads)  # (B, H, L_q, D_h)
@@ -267,6 +288,8 @@ class GroupedQueryAttention(nn.Module):
             return self.out_proj(out.transpose(1, 2).reshape(query.shape)), weights
         out = F.scaled_dot_product_attention(
             q, k, v, attn_mask=mask, dropout_p=self.dropout_p if self.training else 0.0, enable_gqa=True
-        )  # (B, H, L_q, D_h): each group of query heads reads its own key/value head, without copies
-        out = out.transpose(1, 2).reshape(query.size(0), query.size(1), self.d_model)  # Concat: (B, L_q, D)
+        # (B, H, L_q, D_h): each group of query heads reads its own key/value head, without copies
+        )
+        # Concat: (B, L_q, D)
+        out = out.transpose(1, 2).reshape(query.size(0), query.size(1), self.d_model)
         return self.out_proj(out)  # (B, L_q, D)

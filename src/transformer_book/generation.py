@@ -16,7 +16,8 @@ from .lm import TransformerStack
 def top_k_filter(logits: Tensor, k: int) -> Tensor:
     """Keep the k largest logits of each row and set the others to -inf: (..., vocab_size) -> (..., vocab_size)."""
     check_int("top_k", k)  # the number of tokens kept
-    index = logits.topk(min(k, logits.size(-1)), dim=-1).indices  # (..., k): ties broken by position
+    # (..., k): ties broken by position
+    index = logits.topk(min(k, logits.size(-1)), dim=-1).indices
     keep = torch.zeros_like(logits, dtype=torch.bool).scatter_(-1, index, True)  # (..., vocab_size)
     return logits.masked_fill(~keep, float("-inf"))
 
@@ -26,10 +27,11 @@ def _check_top_p(p: float) -> None:
 
 
 def top_p_filter(logits: Tensor, p: float) -> Tensor:
-    """Nucleus filter: keep the smallest set of most likely tokens with probability mass >= p, per row.
+    """Nucleus filter: keep the smallest set of most likely tokens with probability mass >= p, per
+    row.
 
-    logits (..., vocab_size) -> (..., vocab_size), the tokens left out set to -inf. p in (0, 1]; p = 1 keeps
-    every token.
+    logits (..., vocab_size) -> (..., vocab_size), the tokens left out set to -inf. p in (0, 1]; p =
+    1 keeps every token.
     """
     _check_top_p(p)
     if p == 1.0:
@@ -46,9 +48,11 @@ def sample_next(
     logits: Tensor, temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
     generator: torch.Generator | None = None,
 ) -> Tensor:
-    """Draw one token per row of logits (B, vocab_size) -> (B,) long from softmax(logits / temperature).
+    """Draw one token per row of logits (B, vocab_size) -> (B,) long from softmax(logits /
+    temperature).
 
-    top_k and top_p filter the distribution first (after the temperature); temperature=0 is greedy decoding.
+    top_k and top_p filter the distribution first (after the temperature); temperature=0 is greedy
+    decoding.
     """
     check_number("temperature", temperature, at_least=0, hint="0: greedy")
     if logits.dim() != 2:
@@ -71,12 +75,15 @@ def generate(
     top_k: int | None = None, top_p: float | None = None, eos_id: int | None = None, use_cache: bool = True,
     generator: torch.Generator | None = None,
 ) -> Tensor:
-    """Continue prompt (B, T_prompt), which holds no padding, by up to max_new_tokens sampled tokens.
+    """Continue prompt (B, T_prompt), which holds no padding, by up to max_new_tokens sampled
+    tokens.
 
-    Returns (B, T_prompt + T_new) long; after a row's eos_id come pad ids. use_cache=False recomputes every
-    step from the whole sequence: the same distributions, more work. The model's train/eval mode is restored.
+    Returns (B, T_prompt + T_new) long; after a row's eos_id come pad ids. use_cache=False
+    recomputes every step from the whole sequence: the same distributions, more work. The model's
+    train/eval mode is restored.
     """
-    check_token_ids("prompt", prompt, model.config.vocab_size)  # once: later steps feed back sampled ids
+    # once: later steps feed back sampled ids
+    check_token_ids("prompt", prompt, model.config.vocab_size)
     if not model.config.causal:
         raise ValueError("generate needs a causal model (StackConfig(causal=True)); this one sees both directions")
     check_int("max_new_tokens", max_new_tokens)

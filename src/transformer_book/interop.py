@@ -22,24 +22,29 @@ def _torch_layer_state(layer: nn.Module) -> dict[str, Tensor]:
         for kind in ("weight", "bias"):
             parts = [state.pop(f"{attn}.{proj}.{kind}", None) for proj in ("q_proj", "k_proj", "v_proj")]
             if parts[0] is not None:
-                state[f"{attn}.in_proj_{kind}"] = torch.cat(parts)  # (3 D, D) or (3 D,): q, k, v stacked
+                # (3 D, D) or (3 D,): q, k, v stacked
+                state[f"{attn}.in_proj_{kind}"] = torch.cat(parts)
     return state
 
 
 def to_torch_transformer(model: Transformer) -> nn.Transformer:
-    """A torch.nn.Transformer (batch_first=True) holding copies of model's encoder and decoder weights.
+    """A torch.nn.Transformer (batch_first=True) holding copies of model's encoder and decoder
+    weights.
 
-    It covers the two stacks only: feed it model.embed(...) outputs, and apply model.generator to its output.
-    Its boolean masks mean the opposite of ours (True = may not attend). For post-norm models its final
-    encoder and decoder LayerNorms are replaced by nn.Identity: the paper's post-norm stacks have none.
-    The copy comes back in model's mode (training or eval), so that its dropout is on exactly when model's is.
+    It covers the two stacks only: feed it model.embed(...) outputs, and apply model.generator to
+    its output. Its boolean masks mean the opposite of ours (True = may not attend). For post-norm
+    models its final encoder and decoder LayerNorms are replaced by nn.Identity: the paper's
+    post-norm stacks have none. The copy comes back in model's mode (training or eval), so that its
+    dropout is on exactly when model's is.
     """
-    # The model by what it has, not its class: a chapter's notebook defines its own copy of the class.
+    # The model by what it has, not its class: a chapter's notebook defines its own copy of the
+    # class.
     if not (isinstance(model, nn.Module) and hasattr(model, "config") and hasattr(model, "encoder")):
         raise TypeError(f"model must be this book's Transformer (chapter 6); got {type(model).__name__}")
     c = model.config
     weight = model.src_embed.weight
-    with warnings.catch_warnings():  # PyTorch warns that norm_first disables its nested-tensor fast path
+    # PyTorch warns that norm_first disables its nested-tensor fast path
+    with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         torch_model = nn.Transformer(
             c.d_model, c.num_heads, c.num_encoder_layers, c.num_decoder_layers, c.d_ff, c.dropout,
@@ -52,6 +57,7 @@ def to_torch_transformer(model: Transformer) -> nn.Transformer:
         ours = getattr(model, stack)
         for i, layer in enumerate(ours.layers):
             state.update({f"{stack}.layers.{i}.{k}": v for k, v in _torch_layer_state(layer).items()})
-        state.update({f"{stack}.norm.{k}": v for k, v in ours.norm.state_dict().items()})  # none if Identity
+        # none if Identity
+        state.update({f"{stack}.norm.{k}": v for k, v in ours.norm.state_dict().items()})
     torch_model.load_state_dict(state)  # strict: every parameter of torch_model must be given
     return torch_model.train(model.training)  # a new nn.Module starts in training mode

@@ -12,14 +12,15 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .checks import TOKEN_ID_DTYPES, check_int, check_token_ids, check_type  # chapter 1's checks
+# chapter 1's checks
+from .checks import TOKEN_ID_DTYPES, check_int, check_token_ids, check_type
 
 # %% ../../chapters/05_masking.ipynb #7594c96a
 def pad_sequences(sequences: Sequence[Tensor], pad_id: int) -> Tensor:
     """Stack 1-D token tensors of different lengths into one (B, T_max) tensor, padded on the right.
 
-    sequences: B tensors of shape (T_b,), all of one integer dtype. Returns (B, T_max) with row b equal to
-    sequences[b] followed by pad_id, on the device and with the dtype of sequences[0].
+    sequences: B tensors of shape (T_b,), all of one integer dtype. Returns (B, T_max) with row b
+    equal to sequences[b] followed by pad_id, on the device and with the dtype of sequences[0].
     """
     if len(sequences) == 0:
         raise ValueError("pad_sequences needs at least one sequence; got an empty list")
@@ -50,11 +51,12 @@ def pad_sequences(sequences: Sequence[Tensor], pad_id: int) -> Tensor:
 
 # %% ../../chapters/05_masking.ipynb #834ea5b2
 def padding_mask(tokens: Tensor, pad_id: int) -> Tensor:
-    """Which keys are real tokens: (B, T) token ids -> (B, 1, 1, T) boolean, True = may be attended to.
+    """Which keys are real tokens: (B, T) token ids -> (B, 1, 1, T) boolean, True = may be attended
+    to.
 
-    The singleton dimensions broadcast over heads and queries against scores of shape (B, H, L_q, T).
-    Only keys (columns) are masked. The queries (rows) of padding positions still attend to the real tokens;
-    the outputs they produce are never used, since the loss skips padding labels.
+    The singleton dimensions broadcast over heads and queries against scores of shape (B, H, L_q,
+    T). Only keys (columns) are masked. The queries (rows) of padding positions still attend to the
+    real tokens; the outputs they produce are never used, since the loss skips padding labels.
     """
     check_token_ids("tokens", tokens)
     check_int("pad_id", pad_id, minimum=0)
@@ -77,7 +79,8 @@ def causal_mask(size: int, device: torch.device | str | None = None) -> Tensor:
             f"size must be a positive sequence length; got {size}; pass the number of positions, tokens.size(1), "
             f"and leave empty sequences out of the batch"
         )
-    return torch.ones(size, size, dtype=torch.bool, device=device).tril()  # (T, T): allowed[i, j] = j <= i
+    # (T, T): allowed[i, j] = j <= i
+    return torch.ones(size, size, dtype=torch.bool, device=device).tril()
 
 # %% ../../chapters/05_masking.ipynb #ba8b32e0
 @dataclass
@@ -92,8 +95,8 @@ class Batch:
     num_tokens: int  # real (non-pad) target tokens, the loss's denominator
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> "Batch":
-        """A copy with every tensor moved to `device`; non_blocking=True lets a copy from page-locked memory
-        (pin_memory) to a GPU run while the host goes on."""
+        """A copy with every tensor moved to `device`; non_blocking=True lets a copy from
+        page-locked memory (pin_memory) to a GPU run while the host goes on."""
         return Batch(
             self.src.to(device, non_blocking=non_blocking),
             self.tgt_in.to(device, non_blocking=non_blocking),
@@ -156,12 +159,13 @@ def _check_pair_sentence(sentence: Tensor, which: str, specials: Tensor) -> None
 def bert_pair_input(
     first: Sequence[Tensor], second: Sequence[Tensor] | None = None, *, cls_id: int, sep_id: int, pad_id: int
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """BERT's input for B sentence pairs, [CLS] A [SEP] B [SEP], or single sentences, [CLS] A [SEP], padded right.
+    """BERT's input for B sentence pairs, [CLS] A [SEP] B [SEP], or single sentences, [CLS] A [SEP],
+    padded right.
 
-    first[b] and second[b] are the token ids (T_a,) and (T_b,) of pair b; second=None gives single sentences
-    (chapter 11's masked language model reads both kinds). Returns tokens (B, T), T the longest row, segment ids
-    (B, T) (0 for [CLS], A and the first [SEP], 1 for B and the second [SEP], 0 on padding) and the padding mask
-    (B, 1, 1, T), True = may be attended to.
+    first[b] and second[b] are the token ids (T_a,) and (T_b,) of pair b; second=None gives single
+    sentences (chapter 11's masked language model reads both kinds). Returns tokens (B, T), T the
+    longest row, segment ids (B, T) (0 for [CLS], A and the first [SEP], 1 for B and the second
+    [SEP], 0 on padding) and the padding mask (B, 1, 1, T), True = may be attended to.
     """
     if second is not None and len(first) != len(second):
         raise ValueError(
@@ -177,7 +181,8 @@ def bert_pair_input(
     for b, a_ids in enumerate(first):
         _check_pair_sentence(a_ids, f"first[{b}]", specials)
         cls, sep = a_ids.new_tensor([cls_id]), a_ids.new_tensor([sep_id])
-        row, segment = [cls, a_ids, sep], [a_ids.new_zeros(len(a_ids) + 2)]  # [CLS] A [SEP]: segment 0
+        # [CLS] A [SEP]: segment 0
+        row, segment = [cls, a_ids, sep], [a_ids.new_zeros(len(a_ids) + 2)]
         if second is not None:
             b_ids = second[b]
             _check_pair_sentence(b_ids, f"second[{b}]", specials)

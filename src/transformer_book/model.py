@@ -26,8 +26,9 @@ LAYER_NORM_EPS = 1e-5  # the book's one LayerNorm epsilon, torch.nn.LayerNorm's 
 class FeedForward(nn.Module):
     """The position-wise feed-forward network FFN(x) = max(0, x W1 + b1) W2 + b2.
 
-    The same two linear maps act on every position separately: x (B, T, D) -> (B, T, D), through a hidden
-    layer of width d_ff. Dropout acts on the hidden activations, where torch.nn.Transformer applies it too.
+    The same two linear maps act on every position separately: x (B, T, D) -> (B, T, D), through a
+    hidden layer of width d_ff. Dropout acts on the hidden activations, where torch.nn.Transformer
+    applies it too.
     """
 
     def __init__(self, d_model: int, d_ff: int, dropout: float = 0.1):
@@ -46,15 +47,17 @@ def layer_norm(x: Tensor, weight: Tensor, bias: Tensor, eps: float = LAYER_NORM_
     """LayerNorm computed from its formula, one line per term: x (..., D) -> (..., D)."""
     mean = x.mean(dim=-1, keepdim=True)  # (..., 1): mu
     var = x.var(dim=-1, keepdim=True, unbiased=False)  # (..., 1): sigma^2, divided by D
-    return weight * (x - mean) * torch.rsqrt(var + eps) + bias  # gamma (x - mu) / sqrt(sigma^2 + eps) + beta
+    # gamma (x - mu) / sqrt(sigma^2 + eps) + beta
+    return weight * (x - mean) * torch.rsqrt(var + eps) + bias
 
 # %% ../../chapters/06_the_transformer.ipynb #f40e1934
 class LayerNorm(nn.Module):
     """Layer normalisation over the last dimension, for every position on its own.
 
-    y = gamma * (x - mean) / sqrt(var + eps) + beta (the function `layer_norm`), with the mean and the biased
-    variance over the D features. x (..., D) -> (..., D). Same parameters (weight = gamma, bias = beta) and
-    formula as torch.nn.LayerNorm(d_model, eps), computed by the same fused kernel, F.layer_norm.
+    y = gamma * (x - mean) / sqrt(var + eps) + beta (the function `layer_norm`), with the mean and
+    the biased variance over the D features. x (..., D) -> (..., D). Same parameters (weight =
+    gamma, bias = beta) and formula as torch.nn.LayerNorm(d_model, eps), computed by the same fused
+    kernel, F.layer_norm.
     """
 
     def __init__(self, d_model: int, eps: float = LAYER_NORM_EPS):
@@ -98,8 +101,8 @@ class EncoderLayer(nn.Module):
 class DecoderLayer(nn.Module):
     """Masked self-attention, cross-attention over the encoder memory, then feed-forward.
 
-    Each sublayer is wrapped in a residual connection and a LayerNorm, in the order set by norm_first
-    (False: post-norm, the paper; True: pre-norm), as in EncoderLayer.
+    Each sublayer is wrapped in a residual connection and a LayerNorm, in the order set by
+    norm_first (False: post-norm, the paper; True: pre-norm), as in EncoderLayer.
     """
 
     def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout: float = 0.1, norm_first: bool = False):
@@ -121,9 +124,9 @@ class DecoderLayer(nn.Module):
     ) -> Tensor:
         """x (B, T_tgt, D), memory (B, T_src, D): the encoder output Z -> (B, T_tgt, D).
 
-        src_mask (B, 1, 1, T_src) and tgt_mask (T_tgt, T_tgt) or (B, 1, T_tgt, T_tgt): boolean, True = may
-        attend. cache: chapter 8's key/value cache of this layer; x then holds only the new positions, and the
-        cache supplies the keys and values of the earlier ones.
+        src_mask (B, 1, 1, T_src) and tgt_mask (T_tgt, T_tgt) or (B, 1, T_tgt, T_tgt): boolean, True
+        = may attend. cache: chapter 8's key/value cache of this layer; x then holds only the new
+        positions, and the cache supplies the keys and values of the earlier ones.
         """
         self_attn, cross_attn = self.self_attn, self.cross_attn
         if cache is not None:  # the same two sublayers, run through the cache (chapter 8)
@@ -195,15 +198,16 @@ class TransformerConfig:
     num_encoder_layers: int = 6
     num_decoder_layers: int = 6
     d_ff: int = 2048  # hidden width of the feed-forward network, 4 * d_model
-    dropout: float = 0.1  # P_drop: on sublayer outputs, embeddings, attention weights, FFN hidden layer
+    # P_drop: on sublayer outputs, embeddings, attention weights, FFN hidden layer
+    dropout: float = 0.1
     max_len: int = 512  # longest sequence the positional encoding covers (source or target)
     norm_first: bool = False  # the paper is post-norm; pre-norm trains deep stacks more easily
-    tie_embeddings: bool = True  # one matrix for source, target and output embeddings (paper, section 3.4)
+    # one matrix for source, target and output embeddings (paper, section 3.4)
+    tie_embeddings: bool = True
     pad_id: int = 0  # id of the padding token: masks are built from it
 
     def __post_init__(self) -> None:
         _check_config(self)  # the rules are in the next, folded, cell
-
 
 # %% ../../chapters/06_the_transformer.ipynb #7eea38dd
 def _check_config(config: TransformerConfig) -> None:
@@ -234,14 +238,16 @@ def _check_config(config: TransformerConfig) -> None:
 
 # %% ../../chapters/06_the_transformer.ipynb #53eb9e18
 class Transformer(nn.Module):
-    """The encoder-decoder Transformer: source ids (B, T_src) and shifted target ids (B, T_tgt) -> logits.
+    """The encoder-decoder Transformer: source ids (B, T_src) and shifted target ids (B, T_tgt) ->
+    logits.
 
-    encode(src) -> memory (B, T_src, D); decode(tgt, memory) -> logits (B, T_tgt, vocab_size); forward does both.
-    Token ids are torch.long (or int32); masks are boolean, True = may attend.
+    encode(src) -> memory (B, T_src, D); decode(tgt, memory) -> logits (B, T_tgt, vocab_size);
+    forward does both. Token ids are torch.long (or int32); masks are boolean, True = may attend.
     """
 
     def __init__(self, config: TransformerConfig):
-        # The config by its fields, not its class: a chapter's notebook defines its own copy of the class.
+        # The config by its fields, not its class: a chapter's notebook defines its own copy of the
+        # class.
         if not all(hasattr(config, field.name) for field in fields(TransformerConfig)):
             raise TypeError(f"config must be a TransformerConfig, such as TransformerConfig(src_vocab_size=1000, "
                             f"tgt_vocab_size=1000); got {type(config).__name__}")
@@ -273,8 +279,8 @@ class Transformer(nn.Module):
     def _check_src_mask(self, src_mask: Tensor | None, src_len: int) -> None:
         """src_mask must be None or (B or 1, 1, 1, T_src), the layout padding_mask builds.
 
-        A (B, T_src) mask, the layout of chapter 2's recurrent model, would broadcast as a query x key mask
-        whenever B happens to equal the lengths, and silently mask the wrong positions.
+        A (B, T_src) mask, the layout of chapter 2's recurrent model, would broadcast as a query x
+        key mask whenever B happens to equal the lengths, and silently mask the wrong positions.
         """
         if src_mask is None:
             return
@@ -288,9 +294,11 @@ class Transformer(nn.Module):
             )
 
     def encode(self, src: Tensor, src_mask: Tensor | None = None, check_ids: bool = True) -> Tensor:
-        """src (B, T_src) -> memory (B, T_src, D). src_mask (B, 1, 1, T_src) defaults to the padding mask.
-        check_ids=False skips the range check of the ids, a read from the device (see decode)."""
-        check_token_ids("src", src, self.config.src_vocab_size if check_ids else None)  # chapter 1's check
+        """src (B, T_src) -> memory (B, T_src, D). src_mask (B, 1, 1, T_src) defaults to the padding
+        mask. check_ids=False skips the range check of the ids, a read from the device (see
+        decode)."""
+        # chapter 1's check
+        check_token_ids("src", src, self.config.src_vocab_size if check_ids else None)
         self._check_src_mask(src_mask, src.size(1))
         if src_mask is None:
             src_mask = padding_mask(src, self.config.pad_id)  # (B, 1, 1, T_src)
@@ -307,20 +315,22 @@ class Transformer(nn.Module):
     ) -> Tensor:
         """tgt (B, T_tgt), memory (B, T_src, D) -> logits (B, T_tgt, vocab_size).
 
-        src_mask (B, 1, 1, T_src): pass the mask the encoder used whenever the source has padding. memory holds
-        vectors, not token ids, so decode cannot rebuild the mask; with src_mask=None the cross-attention also
-        attends to the padded memory positions. tgt_mask defaults to the causal mask. With a cache (from
-        new_cache(model), chapter 8), tgt holds only the new tokens and positions continue after the cached ones;
-        new token i may attend to every cached position and to new tokens 0 .. i.
-        check_ids=False skips the range check of tgt's ids, which reads them back to the host (on a GPU, a wait
-        for the device): chapter 8's decoders pass it after their first step, when tgt holds ids the model chose.
+        src_mask (B, 1, 1, T_src): pass the mask the encoder used whenever the source has padding.
+        memory holds vectors, not token ids, so decode cannot rebuild the mask; with src_mask=None
+        the cross-attention also attends to the padded memory positions. tgt_mask defaults to the
+        causal mask. With a cache (from new_cache(model), chapter 8), tgt holds only the new tokens
+        and positions continue after the cached ones; new token i may attend to every cached
+        position and to new tokens 0 .. i. check_ids=False skips the range check of tgt's ids, which
+        reads them back to the host (on a GPU, a wait for the device): chapter 8's decoders pass it
+        after their first step, when tgt holds ids the model chose.
         """
         check_token_ids("tgt", tgt, self.config.tgt_vocab_size if check_ids else None)
         self._check_src_mask(src_mask, memory.size(1))
         offset = len(cache[0].self_attn) if cache is not None else 0  # positions already decoded
         if tgt_mask is None and cache is None:
             tgt_mask = causal_mask(tgt.size(1), tgt.device)  # (T_tgt, T_tgt)
-        elif tgt_mask is None and tgt.size(1) > 1:  # one new token may see every key: it needs no mask
+        # one new token may see every key: it needs no mask
+        elif tgt_mask is None and tgt.size(1) > 1:
             # New token i sits at position offset + i and may attend to keys j <= offset + i.
             tgt_mask = torch.ones(tgt.size(1), offset + tgt.size(1), dtype=torch.bool, device=tgt.device).tril(
                 diagonal=offset
@@ -333,8 +343,10 @@ class Transformer(nn.Module):
         check_ids: bool = True,
     ) -> Tensor:
         """src (B, T_src), tgt_in (B, T_tgt) -> logits (B, T_tgt, vocab_size), for teacher forcing.
-        check_ids=False: the ids were checked where the batches were made (chapter 7's fit passes it)."""
-        check_token_ids("src", src)  # shape and dtype before padding_mask reads it; encode checks the ids
+        check_ids=False: the ids were checked where the batches were made (chapter 7's fit passes
+        it)."""
+        # shape and dtype before padding_mask reads it; encode checks the ids
+        check_token_ids("src", src)
         self._check_src_mask(src_mask, src.size(1))
         if src_mask is None:
             src_mask = padding_mask(src, self.config.pad_id)  # (B, 1, 1, T_src)

@@ -17,8 +17,8 @@ from pathlib import Path
 from .hashing import file_sha256
 
 # %% ../../chapters/09_translation_data.ipynb #8de2cb09
-# One commit of the dataset repository, not its moving `master` branch: the sha256 sums below are of the
-# files at this commit, so a later change upstream cannot break the download.
+# One commit of the dataset repository, not its moving `master` branch: the sha256 sums below are of
+# the files at this commit, so a later change upstream cannot break the download.
 MULTI30K_COMMIT = "5853dcc8a900ecfa26c3419dcc5a5e7d4c81657b"
 MULTI30K_URL = f"https://raw.githubusercontent.com/multi30k/dataset/{MULTI30K_COMMIT}/data/task1/raw"
 # Tried only when the pinned commit is not on the server (HTTP 404); the sha256 sums still decide.
@@ -37,10 +37,13 @@ MULTI30K_SIZES = {  # file name -> bytes: a download that sends more is cut off 
     "train.de.gz": 637044, "train.en.gz": 568929, "val.de.gz": 24681, "val.en.gz": 21650,
     "test_2016_flickr.de.gz": 22890, "test_2016_flickr.en.gz": 21077,
 }
-DOWNLOAD_ATTEMPTS = 2  # a download that breaks off or arrives corrupt is tried once more, then we give up
+# a download that breaks off or arrives corrupt is tried once more, then we give up
+DOWNLOAD_ATTEMPTS = 2
 _DOWNLOAD_TIMEOUT_S = 30  # the longest wait for the server to answer or send the next bytes
-_DOWNLOAD_DEADLINE_S = 120  # the longest one file may take, all its attempts together (the largest is 0.7 MB)
-_MIN_RATE_BYTES_S = 2_000  # a transfer slower than this on average, after its first _RATE_GRACE_S, is given up
+# the longest one file may take, all its attempts together (the largest is 0.7 MB)
+_DOWNLOAD_DEADLINE_S = 120
+# a transfer slower than this on average, after its first _RATE_GRACE_S, is given up
+_MIN_RATE_BYTES_S = 2_000
 _RATE_GRACE_S = 20
 
 # %% ../../chapters/09_translation_data.ipynb #a1d38227
@@ -51,16 +54,17 @@ class DataError(RuntimeError):
 def _fetch(url: str, dest: Path, max_bytes: int | None = None, deadline: float | None = None) -> None:
     """Copy the bytes at url into the file dest: the only code in this module that uses the network.
 
-    A server that answers but sends almost nothing cannot keep it waiting: the transfer ends at `deadline`
-    (time.monotonic(); default _DOWNLOAD_DEADLINE_S from now) and, after its first _RATE_GRACE_S seconds, needs
-    a minimum average rate (the socket's own timeout covers each wait only). One that sends more than
-    `max_bytes`, the file's known size, is cut off at once.
+    A server that answers but sends almost nothing cannot keep it waiting: the transfer ends at
+    `deadline` (time.monotonic(); default _DOWNLOAD_DEADLINE_S from now) and, after its first
+    _RATE_GRACE_S seconds, needs a minimum average rate (the socket's own timeout covers each wait
+    only). One that sends more than `max_bytes`, the file's known size, is cut off at once.
     """
     start = time.monotonic()
     deadline = start + _DOWNLOAD_DEADLINE_S if deadline is None else deadline
     with urllib.request.urlopen(url, timeout=_DOWNLOAD_TIMEOUT_S) as response, open(dest, "wb") as out:
         announced = _announced_length(response.headers.get("Content-Length"), max_bytes)
-        while chunk := response.read1(1 << 16):  # read1: whatever has arrived, without waiting for 64 kB
+        # read1: whatever has arrived, without waiting for 64 kB
+        while chunk := response.read1(1 << 16):
             out.write(chunk)
             now = time.monotonic()
             if max_bytes is not None and out.tell() > max_bytes:
@@ -71,7 +75,8 @@ def _fetch(url: str, dest: Path, max_bytes: int | None = None, deadline: float |
                 raise TimeoutError(
                     f"the transfer ran at {out.tell() / (now - start):.0f} bytes/s, too slow to finish"
                 )
-        # http.client ends a body that stops short without an error; compare with the announced length
+        # http.client ends a body that stops short without an error; compare with the announced
+        # length
         if announced is not None and out.tell() != announced:
             raise ConnectionError(f"the transfer stopped after {out.tell()} of {announced} bytes")
 
@@ -109,7 +114,8 @@ _OFFLINE_ADVICE = (
     f"On a machine without internet, copy the six files ({', '.join(MULTI30K_FILES)}) from "
     f"{MULTI30K_URL}/ into a folder DIR/multi30k/ and set the environment variable {DATA_ENV}=DIR."
 )
-# the transfer failed (no network, refused, broken off, timed out, an HTTP error): possibly passing trouble
+# the transfer failed (no network, refused, broken off, timed out, an HTTP error): possibly passing
+# trouble
 _TRANSFER_ERRORS = (urllib.error.URLError, http.client.HTTPException, ConnectionError, TimeoutError)
 
 
@@ -124,9 +130,11 @@ def _raise_on_sigterm(signum, frame):
 def _download_verified(name: str, folder: Path) -> None:
     """Download one file into `folder`, verified, leaving no `.part` file behind, even on SIGTERM.
 
-    SIGTERM is held only while the download runs: once the temporary files are gone, the signal goes on to the
-    handler that was there before (with none, it ends the process as it would have without the download)."""
-    in_main_thread = threading.current_thread() is threading.main_thread()  # only there can signals be handled
+    SIGTERM is held only while the download runs: once the temporary files are gone, the signal goes
+    on to the handler that was there before (with none, it ends the process as it would have without
+    the download)."""
+    # only there can signals be handled
+    in_main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _raise_on_sigterm) if in_main_thread else None
     part_files: list[Path] = []  # every temporary file, listed before it is created
     try:
@@ -135,8 +143,10 @@ def _download_verified(name: str, folder: Path) -> None:
         for part in part_files:
             part.unlink(missing_ok=True)
         signal.signal(signal.SIGTERM, previous)
-        signal.raise_signal(signal.SIGTERM)  # no temporary file left: on to the handler the caller had
-        raise KeyboardInterrupt(f"SIGTERM during the download of {name}") from None  # that handler returned
+        # no temporary file left: on to the handler the caller had
+        signal.raise_signal(signal.SIGTERM)
+        # that handler returned
+        raise KeyboardInterrupt(f"SIGTERM during the download of {name}") from None
     finally:
         if in_main_thread:
             signal.signal(signal.SIGTERM, previous)
@@ -161,8 +171,10 @@ def _download_attempts(name: str, folder: Path, part_files: list[Path]) -> None:
         except _TRANSFER_ERRORS as err:
             failures.append(f"{type(err).__name__}: {err}")
             if isinstance(err, urllib.error.HTTPError) and err.code == 404 and url.startswith(MULTI30K_URL):
-                url = f"{MULTI30K_BRANCH_URL}/{name}"  # the pin is unknown upstream: the branch, still checked
-        except OSError as err:  # this machine's problem (disk full, no permission): a retry would not help
+                # the pin is unknown upstream: the branch, still checked
+                url = f"{MULTI30K_BRANCH_URL}/{name}"
+        # this machine's problem (disk full, no permission): a retry would not help
+        except OSError as err:
             raise DataError(f"Could not write the download of {name} into {folder.absolute()}: {err}") from err
         finally:
             tmp.unlink(missing_ok=True)
@@ -174,7 +186,8 @@ def _download_attempts(name: str, folder: Path, part_files: list[Path]) -> None:
         )
     if not all(f.startswith("wrong sha256") for f in failures):
         hints.append("A connection that fails or breaks off may work later: run this again.")
-    attempts = f"{len(failures)} attempt{'s' if len(failures) != 1 else ''}"  # the deadline may stop them early
+    # the deadline may stop them early
+    attempts = f"{len(failures)} attempt{'s' if len(failures) != 1 else ''}"
     raise DataError(
         f"Could not download {name} from {url} in {attempts} ({'; '.join(failures)}), "
         f"and {folder.absolute()} holds no verified copy of it. {' '.join(hints)} {_OFFLINE_ADVICE}"
@@ -186,7 +199,8 @@ def download_multi30k(root: str | Path | None = None) -> Path:
 
     If the environment variable TRANSFORMER_BOOK_DATA is set, the files must already be in
     $TRANSFORMER_BOOK_DATA/multi30k/ (checked, never downloaded). Otherwise they are kept in
-    <root>/multi30k/, root defaulting to ~/.cache/transformer_book, and fetched when missing or corrupt.
+    <root>/multi30k/, root defaulting to ~/.cache/transformer_book, and fetched when missing or
+    corrupt.
     """
     env = os.environ.get(DATA_ENV)
     if env is not None:

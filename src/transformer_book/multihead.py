@@ -42,8 +42,8 @@ def check_layer_mask(layer: "MultiHeadAttention", mask: Tensor, q: Tensor, k: Te
 class MultiHeadAttention(nn.Module):
     """H attention heads of size D_h = D / H, run in parallel and mixed by an output projection.
 
-    Parameter names follow the paper: q_proj, k_proj, v_proj hold W^Q, W^K, W^V for all heads side by side
-    (each (D, D)), out_proj holds W^O.
+    Parameter names follow the paper: q_proj, k_proj, v_proj hold W^Q, W^K, W^V for all heads side
+    by side (each (D, D)), out_proj holds W^O.
     """
 
     def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0, bias: bool = True):
@@ -56,7 +56,8 @@ class MultiHeadAttention(nn.Module):
         self.k_proj = nn.Linear(d_model, d_model, bias=bias)  # W^K_1 ... W^K_H
         self.v_proj = nn.Linear(d_model, d_model, bias=bias)  # W^V_1 ... W^V_H
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)  # W^O
-        self.attn_dropout = nn.Dropout(dropout)  # the same probability as a module, for the explicit path
+        # the same probability as a module, for the explicit path
+        self.attn_dropout = nn.Dropout(dropout)
 
     def split_heads(self, x: Tensor) -> Tensor:
         """(B, T, D) -> (B, H, T, D_h)."""
@@ -73,9 +74,9 @@ class MultiHeadAttention(nn.Module):
     ) -> Tensor | tuple[Tensor, Tensor]:
         """Multi-head attention of query (B, L_q, D) over key and value (B, L_k, D).
 
-        mask: boolean, True = may attend, broadcastable to (B, H, L_q, L_k), for example (L_q, L_k) causal or
-        (B, 1, 1, L_k) padding. Returns the output (B, L_q, D), plus the weights of every head (B, H, L_q, L_k)
-        when need_weights=True.
+        mask: boolean, True = may attend, broadcastable to (B, H, L_q, L_k), for example (L_q, L_k)
+        causal or (B, 1, 1, L_k) padding. Returns the output (B, L_q, D), plus the weights of every
+        head (B, H, L_q, L_k) when need_weights=True.
         """
         check_layer_inputs(self, query, key, value)
         q = self.split_heads(self.q_proj(query))  # Q W^Q, all heads: (B, H, L_q, D_h)
@@ -93,7 +94,8 @@ class MultiHeadAttention(nn.Module):
             # head_i = softmax(Q_i K_i^T / sqrt(D_h)) V_i for every head at once, weights kept:
             out, weights = scaled_dot_product_attention(q, k, v, mask, self.attn_dropout)  # (B, H, L_q, D_h)
             return self.out_proj(self.merge_heads(out)), weights  # Concat(heads) W^O: (B, L_q, D)
-        # The same head_i through PyTorch's fused function, which picks a kernel for the device, dtype and mask.
+        # The same head_i through PyTorch's fused function, which picks a kernel for the device,
+        # dtype and mask.
         out = F.scaled_dot_product_attention(
             q, k, v, attn_mask=mask, dropout_p=self.dropout_p if self.training else 0.0
         )  # (B, H, L_q, D_h)

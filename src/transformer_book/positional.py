@@ -64,7 +64,8 @@ class PositionalEncoding(nn.Module):
     def forward(self, x: Tensor, offset: int = 0) -> Tensor:
         """x (B, T, D) -> (B, T, D): x + PE[offset : offset + T], then dropout.
 
-        offset is the position of x's first token (decoding one token at a time passes the tokens seen so far).
+        offset is the position of x's first token (decoding one token at a time passes the tokens
+        seen so far).
         """
         _check_input(x, self.d_model, offset, self.max_len)
         return self.dropout(x + self.pe[offset : offset + x.size(1)])  # (T, D) broadcasts over B
@@ -91,21 +92,25 @@ def shift_matrix(k: int, d_model: int) -> Tensor:
     """The fixed (D, D) float64 matrix R_k with PE[pos + k] = R_k @ PE[pos] for every position pos.
 
     Block-diagonal: pair i gets the rotation [[cos(w_i k), sin(w_i k)], [-sin(w_i k), cos(w_i k)]],
-    w_i = 1 / 10000^(2i/d_model). k may be negative (a shift backwards: R_{-k} is the transpose of R_k).
+    w_i = 1 / 10000^(2i/d_model). k may be negative (a shift backwards: R_{-k} is the transpose of
+    R_k).
     """
     _check_d_model(d_model, "d_model")
-    inv_freq = PE_BASE ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)  # (D/2,): w_i
+    # (D/2,): w_i
+    inv_freq = PE_BASE ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
     cos, sin = torch.cos(k * inv_freq), torch.sin(k * inv_freq)  # (D/2,) each
     blocks = torch.stack([torch.stack([cos, sin], -1), torch.stack([-sin, cos], -1)], -2)  # (D/2, 2, 2)
     return torch.block_diag(*blocks)  # (D, D)
 
 # %% ../../chapters/04_positional_encoding.ipynb #c52be426
 def apply_rotary(x: Tensor, positions: Tensor | None = None, base: float = PE_BASE) -> Tensor:
-    """Rotary position embedding (RoPE): rotate pair (x[..., 2i], x[..., 2i+1]) by the angle m * theta_i.
+    """Rotary position embedding (RoPE): rotate pair (x[..., 2i], x[..., 2i+1]) by the angle m *
+    theta_i.
 
-    x (..., T, D_h) queries or keys, D_h even; positions (T,) the position m of each row (default 0 .. T-1);
-    theta_i = base^(-2i/D_h). Returns a tensor of the same shape and dtype. Applied to both queries and keys,
-    it makes every attention score depend on the positions only through their difference.
+    x (..., T, D_h) queries or keys, D_h even; positions (T,) the position m of each row (default 0
+    .. T-1); theta_i = base^(-2i/D_h). Returns a tensor of the same shape and dtype. Applied to both
+    queries and keys, it makes every attention score depend on the positions only through their
+    difference.
     """
     if x.dim() < 2:
         raise ValueError(f"x must have shape (..., T, D_h); got {tuple(x.shape)}")

@@ -16,7 +16,8 @@ __all__ = ['LSTM_GATES', 'GRU_GATES', 'RNNCell', 'RecurrentLayer', 'LSTMCell', '
            'with_spectral_radius', 'input_gradient_norms', 'make_recall_batch', 'make_shifted_recall_batch']
 
 # %% ../../chapters/01_rnn_limits.ipynb #ea478be1
-# Shape checks shared by the three cells, and PyTorch's initialisation. Each check names what it saw and the fix.
+# Shape checks shared by the three cells, and PyTorch's initialisation. Each check names what it saw
+# and the fix.
 def _check_step_input(x_t: Tensor, input_size: int) -> None:
     if x_t.dim() != 2:
         raise ValueError(
@@ -85,9 +86,9 @@ class RNNCell(nn.Module):
 class RecurrentLayer(nn.Module):
     """Runs a cell (RNNCell, LSTMCell or GRUCell) over a batch-first sequence.
 
-    x: (B, T, D_in); state: the cell's state for t = 0 (None means zeros).
-    Returns (outputs, final_state): outputs (B, T, D_hid) hold h_1..h_T; final_state is the cell's state after
-    step T (h of shape (B, D_hid) for an RNNCell or a GRUCell, (h, c) for an LSTMCell).
+    x: (B, T, D_in); state: the cell's state for t = 0 (None means zeros). Returns (outputs,
+    final_state): outputs (B, T, D_hid) hold h_1..h_T; final_state is the cell's state after step T
+    (h of shape (B, D_hid) for an RNNCell or a GRUCell, (h, c) for an LSTMCell).
     """
 
     def __init__(self, cell: RNNCell | LSTMCell | GRUCell):
@@ -153,7 +154,8 @@ class LSTMCell(nn.Module):
         _check_hidden("c", c, x_t.shape[0], self.hidden_size)
         gates = x_t @ self.weight_ih.T + self.bias_ih + h @ self.weight_hh.T + self.bias_hh  # (B, 4 D_hid)
         i, f, g, o = gates.chunk(len(LSTM_GATES), dim=-1)  # each (B, D_hid)
-        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)  # c_t = σ(f) ⊙ c_{t-1} + σ(i) ⊙ tanh(g)
+        # c_t = σ(f) ⊙ c_{t-1} + σ(i) ⊙ tanh(g)
+        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
         h = torch.sigmoid(o) * torch.tanh(c)  # h_t = σ(o) ⊙ tanh(c_t)
         return h, c
 
@@ -187,8 +189,10 @@ class GRUCell(nn.Module):
     def forward(self, x_t: Tensor, state: Tensor) -> Tensor:
         _check_step_input(x_t, self.input_size)
         _check_hidden("state", state, x_t.shape[0], self.hidden_size)
-        r_x, z_x, n_x = (x_t @ self.weight_ih.T + self.bias_ih).chunk(len(GRU_GATES), dim=-1)  # each (B, D_hid)
-        r_h, z_h, n_h = (state @ self.weight_hh.T + self.bias_hh).chunk(len(GRU_GATES), dim=-1)  # each (B, D_hid)
+        # each (B, D_hid)
+        r_x, z_x, n_x = (x_t @ self.weight_ih.T + self.bias_ih).chunk(len(GRU_GATES), dim=-1)
+        # each (B, D_hid)
+        r_h, z_h, n_h = (state @ self.weight_hh.T + self.bias_hh).chunk(len(GRU_GATES), dim=-1)
         r = torch.sigmoid(r_x + r_h)  # r_t = σ(W_ir x_t + b_ir + W_hr h_{t-1} + b_hr)
         z = torch.sigmoid(z_x + z_h)  # z_t = σ(W_iz x_t + b_iz + W_hz h_{t-1} + b_hz)
         n = torch.tanh(n_x + r * n_h)  # n_t = tanh(W_in x_t + b_in + r_t ⊙ (W_hn h_{t-1} + b_hn))
@@ -226,8 +230,8 @@ def load_torch_weights(cell: RNNCell | LSTMCell | GRUCell, module: nn.Module) ->
 def with_spectral_radius(weight: Tensor, radius: float) -> Tensor:
     """Return `weight` (D, D) rescaled so that its largest |eigenvalue| equals `radius`.
 
-    Raises ValueError when every eigenvalue of `weight` is zero to rounding (a zero or nilpotent matrix): no
-    rescaling can give such a matrix a positive spectral radius.
+    Raises ValueError when every eigenvalue of `weight` is zero to rounding (a zero or nilpotent
+    matrix): no rescaling can give such a matrix a positive spectral radius.
     """
     if weight.dim() != 2 or weight.shape[0] != weight.shape[1]:
         raise ValueError(f"weight must be a square matrix (D, D), got shape {tuple(weight.shape)}")
@@ -269,8 +273,8 @@ def input_gradient_norms(layer: nn.Module, x: Tensor, readout: Tensor) -> Tensor
 def make_recall_batch(
     batch_size: int, distance: int, vocab_size: int, generator: torch.Generator | None = None
 ) -> tuple[Tensor, Tensor]:
-    """Sequences of `distance + 1` random tokens; the target is the first token, seen `distance` steps before
-    the last.
+    """Sequences of `distance + 1` random tokens; the target is the first token, seen `distance`
+    steps before the last.
 
     Returns tokens (B, distance + 1) and targets (B,), both int64.
     """
@@ -283,7 +287,8 @@ def make_recall_batch(
 def make_shifted_recall_batch(
     batch_size: int, distance: int, seq_len: int, vocab_size: int, generator: torch.Generator | None = None
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """Random tokens, a random query position q >= distance per sequence, and as target the token at q - distance.
+    """Random tokens, a random query position q >= distance per sequence, and as target the token at
+    q - distance.
 
     Returns tokens (B, seq_len), query positions (B,) and targets (B,), all int64.
     """

@@ -10,7 +10,8 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from .checks import check_bool, check_int, check_token_ids
-from .tokens import BOS_ID, PAD_ID, SPECIAL_TOKENS  # PAD_ID pads, BOS_ID starts the decoder
+# PAD_ID pads, BOS_ID starts the decoder
+from .tokens import BOS_ID, PAD_ID, SPECIAL_TOKENS
 
 # %% ../../chapters/02_attention.ipynb #5e2a0c05
 def _check_additive_inputs(
@@ -74,9 +75,11 @@ class AdditiveAttention(nn.Module):
 
 # %% ../../chapters/02_attention.ipynb #5e2a0c11
 def _check_tokens(name: str, tokens: Tensor, vocab_size: int | None, batch_size: int | None = None) -> None:
-    """Raise ValueError/TypeError, naming what was seen, unless `tokens` is a (B, T) batch of valid ids.
+    """Raise ValueError/TypeError, naming what was seen, unless `tokens` is a (B, T) batch of valid
+    ids.
 
-    vocab_size=None checks the shape and dtype only: the id range is read back to the host, once per call.
+    vocab_size=None checks the shape and dtype only: the id range is read back to the host, once per
+    call.
     """
     check_token_ids(name, tokens, vocab_size)  # (B, T) integer ids, in 0 .. vocab_size - 1 if given (chapter 1)
     if batch_size is not None and tokens.size(0) != batch_size:
@@ -167,11 +170,13 @@ class RecurrentSeq2Seq(nn.Module):
 def make_copy_batch(
     batch_size: int, num_symbols: int, lengths: tuple[int, int], generator: torch.Generator | None = None
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """Random sequences to copy, each of a length drawn from lengths = (shortest, longest), padded with PAD_ID.
+    """Random sequences to copy, each of a length drawn from lengths = (shortest, longest), padded
+    with PAD_ID.
 
-    Returns source (B, T), target_in (B, T) = BOS_ID then the target shifted right, and target (B, T) = source.
-    Symbols take the num_symbols ids right after the special tokens, from len(SPECIAL_TOKENS) on (so EOS_ID and
-    UNK_ID never appear as data), and a model needs vocab_size = num_symbols + len(SPECIAL_TOKENS).
+    Returns source (B, T), target_in (B, T) = BOS_ID then the target shifted right, and target (B,
+    T) = source. Symbols take the num_symbols ids right after the special tokens, from
+    len(SPECIAL_TOKENS) on (so EOS_ID and UNK_ID never appear as data), and a model needs vocab_size
+    = num_symbols + len(SPECIAL_TOKENS).
     """
     check_int("batch_size", batch_size)
     check_int("num_symbols", num_symbols)
@@ -182,7 +187,8 @@ def make_copy_batch(
     first = len(SPECIAL_TOKENS)  # the first id that is not a special token
     symbols = torch.randint(first, first + num_symbols, (batch_size, longest), generator=generator)  # (B, T)
     real = torch.arange(longest) < length[:, None]  # (B, T): True inside each sequence
-    source = symbols.masked_fill(~real, PAD_ID)[:, : length.max()]  # (B, T), trimmed to the longest drawn
+    # (B, T), trimmed to the longest drawn
+    source = symbols.masked_fill(~real, PAD_ID)[:, : length.max()]
     target = source.clone()  # copying: the target is the source
     target_in = torch.cat([torch.full((batch_size, 1), BOS_ID), target[:, :-1]], dim=1)  # (B, T)
     return source, target_in, target

@@ -22,26 +22,29 @@ from tqdm.auto import tqdm  # a widget in Jupyter and Colab, text in a terminal
 from .checks import check_int, check_probability
 from .masking import Batch
 
-SMOOTHING_CONVENTIONS = ("uniform", "others")  # where the smoothing mass goes: see LabelSmoothingLoss
+# where the smoothing mass goes: see LabelSmoothingLoss
+SMOOTHING_CONVENTIONS = ("uniform", "others")
 ADAM_BETAS = (0.9, 0.98)  # the paper's beta1, beta2 (section 5.3); PyTorch's default beta2 is 0.999
 ADAM_EPS = 1e-9  # the paper's epsilon; PyTorch's default is 1e-8
 AMP_DTYPES = (torch.bfloat16, torch.float16)  # the low-precision types autocast can compute in
-LOSS_READ_EVERY = 50  # fit reads the losses back every this many steps: a NaN costs at most that many steps
+# fit reads the losses back every this many steps: a NaN costs at most that many steps
+LOSS_READ_EVERY = 50
 
 # %% ../../chapters/07_label_smoothing_and_training.ipynb #f54c7987
 class LabelSmoothingLoss(nn.Module):
-    """Cross-entropy H(q, p) against a label-smoothed target q, averaged over the non-padding tokens.
+    """Cross-entropy H(q, p) against a label-smoothed target q, averaged over the non-padding
+    tokens.
 
-    logits (..., vocab_size) and integer targets (...) -> a scalar. q gives the correct class y at least
-    1 - smoothing
-    and spreads `smoothing` over the vocabulary:
-      convention="uniform": smoothing / K to every class, y included (Szegedy et al. 2016; equal to
-        torch.nn.CrossEntropyLoss(label_smoothing=smoothing)), so q_y = 1 - smoothing + smoothing / K;
-      convention="others": smoothing / (K - 1) to every class except y (as in some tutorials), q_y = 1 - smoothing.
-    K counts the classes the model can predict: a class whose logit is -inf (a masked vocabulary entry) gets
-    no target mass, exactly as if it were deleted from the vocabulary, when impossible_classes=True (the careful
-    path; the plain one, for logits that are all finite, returns inf or NaN there). Positions whose target is
-    ignore_index (padding) do not count; the result is the mean over the counted positions (0 if there are none).
+    logits (..., vocab_size) and integer targets (...) -> a scalar. q gives the correct class y at
+    least 1 - smoothing and spreads `smoothing` over the vocabulary: convention="uniform": smoothing
+    / K to every class, y included (Szegedy et al. 2016; equal to
+    torch.nn.CrossEntropyLoss(label_smoothing=smoothing)), so q_y = 1 - smoothing + smoothing / K;
+    convention="others": smoothing / (K - 1) to every class except y (as in some tutorials), q_y = 1
+    - smoothing. K counts the classes the model can predict: a class whose logit is -inf (a masked
+    vocabulary entry) gets no target mass, exactly as if it were deleted from the vocabulary, when
+    impossible_classes=True (the careful path; the plain one, for logits that are all finite,
+    returns inf or NaN there). Positions whose target is ignore_index (padding) do not count; the
+    result is the mean over the counted positions (0 if there are none).
     """
 
     def __init__(self, smoothing: float = 0.1, ignore_index: int = 0, convention: str = "uniform",
@@ -54,11 +57,12 @@ class LabelSmoothingLoss(nn.Module):
                 f"(smoothing / (K - 1) to every wrong class); got {convention!r}"
             )
         self.smoothing, self.ignore_index, self.convention = smoothing, ignore_index, convention
-        self.impossible_classes = impossible_classes  # logits may hold -inf (or NaN at ignored positions)
+        # logits may hold -inf (or NaN at ignored positions)
+        self.impossible_classes = impossible_classes
 
     def forward(self, logits: Tensor, target: Tensor) -> Tensor:
-        """logits (..., vocab_size), target (...) integer class ids -> scalar loss (float32, or float64 for
-        float64 logits)."""
+        """logits (..., vocab_size), target (...) integer class ids -> scalar loss (float32, or
+        float64 for float64 logits)."""
         if logits.shape[:-1] != target.shape:
             raise ValueError(
                 f"logits (..., vocab_size) and target (...) must agree on the leading dimensions; got logits "
@@ -66,13 +70,15 @@ class LabelSmoothingLoss(nn.Module):
             )
         if target.dtype.is_floating_point or target.dtype.is_complex or target.dtype == torch.bool:
             raise TypeError(f"target must hold integer class ids (torch.long); got dtype {target.dtype}")
-        dtype = torch.promote_types(logits.dtype, torch.float32)  # float32 even under autocast; float64 stays
+        # float32 even under autocast; float64 stays
+        dtype = torch.promote_types(logits.dtype, torch.float32)
         keep = target != self.ignore_index  # (...): the positions that count
         target = target.masked_fill(~keep, 0)  # (...): a valid id at ignored positions (ignore_index may be -100)
         if self.impossible_classes:
             return self._forward_with_impossible_classes(logits.to(dtype), target, keep)
         log_probs = F.log_softmax(logits.to(dtype), dim=-1)  # (..., vocab_size): log p_k
-        total = -log_probs.sum(dim=-1)  # (...): sum over k of -log p_k; inf if a logit is -inf, NaN if one is NaN
+        # (...): sum over k of -log p_k; inf if a logit is -inf, NaN if one is NaN
+        total = -log_probs.sum(dim=-1)
         nll = -log_probs.gather(-1, target.unsqueeze(-1)).squeeze(-1)  # (...): -log p_y
         num_classes = total.new_tensor(logits.size(-1))  # K = V: every class is possible
         return self._combine(nll, total, total - nll, num_classes, keep)
@@ -84,23 +90,27 @@ class LabelSmoothingLoss(nn.Module):
             # (1 - eps)(-log p_y) + eps sum_k (1/K)(-log p_k)
             loss = (1.0 - eps) * nll + eps * (total / num_classes)
         else:
-            loss = (1.0 - eps) * nll + eps / (num_classes - 1).clamp(min=1) * others  # ... + eps/(K-1) sum_{k!=y}
-        # where, not loss[keep]: an index by a boolean mask has a size that only the data knows, which on a GPU
-        # makes the host wait for the device
+            # ... + eps/(K-1) sum_{k!=y}
+            loss = (1.0 - eps) * nll + eps / (num_classes - 1).clamp(min=1) * others
+        # where, not loss[keep]: an index by a boolean mask has a size that only the data knows,
+        # which on a GPU makes the host wait for the device
         return torch.where(keep, loss, 0.0).sum() / keep.sum().clamp(min=1)
 
     def _forward_with_impossible_classes(self, logits: Tensor, target: Tensor, keep: Tensor) -> Tensor:
         """The careful path, for logits holding -inf (impossible classes) or NaN (at ignored positions)."""
-        # Ignored positions get logits 0: a fully masked row there (softmax NaN) must not reach the gradients.
+        # Ignored positions get logits 0: a fully masked row there (softmax NaN) must not reach the
+        # gradients.
         logits = logits.masked_fill(~keep.unsqueeze(-1), 0.0)  # (..., vocab_size)
         log_probs = F.log_softmax(logits, dim=-1)  # (..., vocab_size): log p_k
         possible = log_probs != -math.inf  # (..., vocab_size): False where the logit is -inf (p_k = 0)
         # (..., vocab_size): impossible classes get q_k = 0
         log_probs_possible = log_probs.masked_fill(~possible, 0.0)
-        num_classes = possible.sum(dim=-1).to(logits.dtype)  # (...): K, the classes that can be predicted
+        # (...): K, the classes that can be predicted
+        num_classes = possible.sum(dim=-1).to(logits.dtype)
         nll = -log_probs.gather(-1, target.unsqueeze(-1)).squeeze(-1)  # (...): -log p_y
         total = -log_probs_possible.sum(dim=-1)  # (...): sum over possible k of -log p_k
-        others = total + log_probs_possible.gather(-1, target.unsqueeze(-1)).squeeze(-1)  # (...): possible k != y
+        # (...): possible k != y
+        others = total + log_probs_possible.gather(-1, target.unsqueeze(-1)).squeeze(-1)
         return self._combine(nll, total, others, num_classes, keep)
 
 # %% ../../chapters/07_label_smoothing_and_training.ipynb #af6231f8
@@ -109,8 +119,8 @@ def noam_rate(step: int, d_model: int, warmup_steps: int, factor: float = 1.0) -
 
     lrate = factor * d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5)
 
-    It rises linearly for warmup_steps steps, peaks there at factor * (d_model * warmup_steps)^-0.5, then decays
-    as 1 / sqrt(step). Step 0 counts as step 1 (the formula is infinite at 0).
+    It rises linearly for warmup_steps steps, peaks there at factor * (d_model * warmup_steps)^-0.5,
+    then decays as 1 / sqrt(step). Step 0 counts as step 1 (the formula is infinite at 0).
     """
     check_int("warmup_steps", warmup_steps)
     check_int("d_model", d_model)  # the model width
@@ -119,12 +129,14 @@ def noam_rate(step: int, d_model: int, warmup_steps: int, factor: float = 1.0) -
 
 # %% ../../chapters/07_label_smoothing_and_training.ipynb #2b91056c
 class WarmupSchedule(torch.optim.lr_scheduler.LambdaLR):
-    """The paper's schedule as a PyTorch scheduler: call scheduler.step() after every optimizer.step().
+    """The paper's schedule as a PyTorch scheduler: call scheduler.step() after every
+    optimizer.step().
 
-    The optimizer's own lr must be 1.0 (make_optimizer's default): LambdaLR multiplies it by noam_rate, so
-    the k-th optimizer step uses noam_rate(k). To resume after `s` optimizer updates, load the optimizer's
-    state_dict first, then pass last_epoch = s - 1. With fit, s = state.step - state.skipped_steps: the steps
-    whose update float16's gradient scaler skipped did not advance the schedule.
+    The optimizer's own lr must be 1.0 (make_optimizer's default): LambdaLR multiplies it by
+    noam_rate, so the k-th optimizer step uses noam_rate(k). To resume after `s` optimizer updates,
+    load the optimizer's state_dict first, then pass last_epoch = s - 1. With fit, s = state.step -
+    state.skipped_steps: the steps whose update float16's gradient scaler skipped did not advance
+    the schedule.
     """
 
     def __init__(
@@ -151,8 +163,9 @@ class WarmupSchedule(torch.optim.lr_scheduler.LambdaLR):
 def make_optimizer(model: nn.Module, lr: float = 1.0) -> torch.optim.Adam:
     """Adam with the paper's settings: beta1 = 0.9, beta2 = 0.98, eps = 1e-9.
 
-    lr = 1.0 because WarmupSchedule multiplies it by the scheduled rate. On a GPU, the fused version updates all
-    the weights in one kernel instead of several per tensor (the same arithmetic); so move the model first.
+    lr = 1.0 because WarmupSchedule multiplies it by the scheduled rate. On a GPU, the fused version
+    updates all the weights in one kernel instead of several per tensor (the same arithmetic); so
+    move the model first.
     """
     fused = all(p.is_cuda for p in model.parameters()) or None  # None: PyTorch's default on the CPU
     return torch.optim.Adam(model.parameters(), lr=lr, betas=ADAM_BETAS, eps=ADAM_EPS, fused=fused)
@@ -183,16 +196,19 @@ class TrainState:
     losses: list[float] = field(default_factory=list)  # training loss per step (see read_losses)
     tokens_seen: int = 0  # real (non-pad) target tokens trained on
     train_seconds: float = 0.0  # time spent in train_step
-    skipped_steps: int = 0  # steps whose update float16's gradient scaler skipped (an overflowing gradient)
+    # steps whose update float16's gradient scaler skipped (an overflowing gradient)
+    skipped_steps: int = 0
 
     def read_losses(self) -> list[float]:
-        """The losses, all as floats: fit leaves the last few on the device, as tensors, and this reads them back
-        in one transfer. Raises FloatingPointError naming the first step whose loss is not finite."""
+        """The losses, all as floats: fit leaves the last few on the device, as tensors, and this
+        reads them back in one transfer. Raises FloatingPointError naming the first step whose loss
+        is not finite."""
         unread = len(self.losses)
         while unread > 0 and isinstance(self.losses[unread - 1], Tensor):
             unread -= 1
         if unread < len(self.losses):
-            self.losses[unread:] = torch.stack(self.losses[unread:]).tolist()  # one wait for the device
+            # one wait for the device
+            self.losses[unread:] = torch.stack(self.losses[unread:]).tolist()
         for step, loss in enumerate(self.losses[unread:], start=unread + 1):
             if not math.isfinite(loss):
                 raise FloatingPointError(
@@ -206,7 +222,8 @@ class StepResult(NamedTuple):
     """What one training step reports: its loss, and whether the optimizer updated the weights."""
 
     loss: float | Tensor  # a 0-d tensor on the device when train_step ran with host_checks=False
-    optimizer_stepped: bool  # False when float16's scaler found an inf or NaN gradient and skipped the update
+    # False when float16's scaler found an inf or NaN gradient and skipped the update
+    optimizer_stepped: bool
 
 # %% ../../chapters/07_label_smoothing_and_training.ipynb #0ab0717d
 def train_step(
@@ -222,12 +239,14 @@ def train_step(
     grad_clip: float | None = 1.0,
     host_checks: bool = True,
 ) -> StepResult:
-    """One optimizer step on one batch; returns its loss and whether the optimizer updated the weights.
+    """One optimizer step on one batch; returns its loss and whether the optimizer updated the
+    weights.
 
-    The schedule advances only when the weights were updated. With host_checks, the model checks the token ids
-    and the step raises FloatingPointError, before changing any weight, when the loss is not finite: two reads
-    from the device. host_checks=False (fit) reads nothing back: the loss comes back as a 0-d tensor, checked
-    later by its caller, and the ids are trusted (check them where the batches are made).
+    The schedule advances only when the weights were updated. With host_checks, the model checks the
+    token ids and the step raises FloatingPointError, before changing any weight, when the loss is
+    not finite: two reads from the device. host_checks=False (fit) reads nothing back: the loss
+    comes back as a 0-d tensor, checked later by its caller, and the ids are trusted (check them
+    where the batches are made).
     """
     model.train()
     batch = batch.to(device)
@@ -245,7 +264,8 @@ def train_step(
         loss.backward()
     if grad_clip is not None:
         nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-    loss_value = loss.item() if host_checks else loss.detach()  # .item() waits for the backward pass on a GPU
+    # .item() waits for the backward pass on a GPU
+    loss_value = loss.item() if host_checks else loss.detach()
     if host_checks and not math.isfinite(loss_value):
         raise FloatingPointError(
             f"the loss is {loss_value}; the weights were not updated. Lower the learning rate (or the "

@@ -109,10 +109,10 @@ BLEU_MISTAKES = [
 def check_bleu(bleu: Callable, verbose: bool = True) -> CheckResult:
     """Check a reader's corpus BLEU against chapter 8's corpus_bleu.
 
-    bleu(hypotheses, references): two lists of strings, one reference per hypothesis, tokens split on
-    whitespace -> a float from 0 to 100: BP * exp(mean over n = 1..4 of log p_n), p_n the clipped n-gram
-    precisions summed over the corpus, BP = min(1, exp(1 - ref_len / hyp_len)); 0 when some p_n is
-    0.
+    bleu(hypotheses, references): two lists of strings, one reference per hypothesis, tokens split
+    on whitespace -> a float from 0 to 100: BP * exp(mean over n = 1..4 of log p_n), p_n the clipped
+    n-gram precisions summed over the corpus, BP = min(1, exp(1 - ref_len / hyp_len)); 0 when some
+    p_n is 0.
     """
     shorter = (
         [

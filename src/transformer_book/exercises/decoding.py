@@ -25,9 +25,9 @@ TINY_VOCAB = 12
 
 # %% ../../../chapters/13_check_your_code.ipynb #6cc5388c
 def tiny_model(seed: int, pad_id: int = PAD_ID) -> Transformer:
-    """A small untrained encoder-decoder in float64 (so that no argmax depends on the CPU), weights drawn from
-    the check's own generator; pad_id is its config's padding id (the weights do not depend on
-    it)."""
+    """A small untrained encoder-decoder in float64 (so that no argmax depends on the CPU), weights
+    drawn from the check's own generator; pad_id is its config's padding id (the weights do not
+    depend on it)."""
     config = TransformerConfig(
         src_vocab_size=TINY_VOCAB,
         tgt_vocab_size=TINY_VOCAB,
@@ -150,7 +150,8 @@ def _other_ids() -> tuple[Transformer, Tensor]:
 
 def _decoding_inputs() -> dict[str, tuple]:
     model = tiny_model(301)
-    src = torch.tensor([[5, 6, 7, 8, 9], [4, 10, 11, 0, 0], [3, 3, 7, 0, 0]])  # (B, T_src), padded with 0
+    # (B, T_src), padded with 0
+    src = torch.tensor([[5, 6, 7, 8, 9], [4, 10, 11, 0, 0], [3, 3, 7, 0, 0]])
     other_model, other_src = _other_ids()
     return {
         "tiny model, src (B, T_src) = (3, 5) padded, eos_id = 11: every sentence ends": (
@@ -173,13 +174,14 @@ def _decoding_inputs() -> dict[str, tuple]:
 
 @keeps_rng
 def check_greedy_decode(decode: Callable, verbose: bool = True) -> CheckResult:
-    """Check a reader's greedy decoding against chapter 8's greedy_decode, on a tiny untrained model.
+    """Check a reader's greedy decoding against chapter 8's greedy_decode, on a tiny untrained
+    model.
 
-    decode(model, src, max_len, bos_id, eos_id): model is chapter 6's Transformer (use model.encode and
-    model.decode, and model.config.pad_id); src (B, T_src) token ids padded with pad_id -> (B, 1 + T_out) long:
-    BOS, then the most likely token at each step, pad_id after a sentence's EOS; stop when every sentence has
-    produced eos_id or after max_len new tokens (padding every sentence up to max_len is accepted
-    too).
+    decode(model, src, max_len, bos_id, eos_id): model is chapter 6's Transformer (use model.encode
+    and model.decode, and model.config.pad_id); src (B, T_src) token ids padded with pad_id -> (B, 1
+    + T_out) long: BOS, then the most likely token at each step, pad_id after a sentence's EOS; stop
+    when every sentence has produced eos_id or after max_len new tokens (padding every sentence up
+    to max_len is accepted too).
     """
     cases = [Case(label, x, greedy_decode(*x)) for label, x in _decoding_inputs().items()]
     result = run_check(
@@ -318,10 +320,11 @@ BEAM_MISTAKES = [
 def check_beam_search(search: Callable, verbose: bool = True) -> CheckResult:
     """Check a reader's beam search against chapter 8's beam_search, on a tiny untrained model.
 
-    search(model, src, beam_size, max_len, bos_id, eos_id, length_penalty): model is chapter 6's Transformer,
-    src (B, T_src) padded with pad_id -> (B, 1 + T_out) long, the best hypothesis of each sentence by
-    log p(Y | X) / ((5 + |Y|) / 6)^length_penalty, BOS first and pad_id after EOS; finished hypotheses stay in the
-    beam, and the search stops when all hypotheses have ended or after max_len steps.
+    search(model, src, beam_size, max_len, bos_id, eos_id, length_penalty): model is chapter 6's
+    Transformer, src (B, T_src) padded with pad_id -> (B, 1 + T_out) long, the best hypothesis of
+    each sentence by log p(Y | X) / ((5 + |Y|) / 6)^length_penalty, BOS first and pad_id after EOS;
+    finished hypotheses stay in the beam, and the search stops when all hypotheses have ended or
+    after max_len steps.
     """
     model, src = tiny_model(301), torch.tensor([[5, 6, 7, 8, 9], [4, 10, 11, 0, 0], [3, 3, 7, 0, 0]])
     inputs = {

@@ -108,8 +108,9 @@ def _norm_cases(seed: int, with_bias: bool) -> list[tuple[str, tuple]]:
 def check_layer_norm(norm: Callable, verbose: bool = True) -> CheckResult:
     """Check a reader's layer normalisation against chapter 6's layer_norm.
 
-    norm(x, weight, bias, eps): x (..., D), weight gamma (D,), bias beta (D,) -> (..., D),
-    gamma * (x - mean) / sqrt(var + eps) + beta, with the mean and the biased variance over the last dimension.
+    norm(x, weight, bias, eps): x (..., D), weight gamma (D,), bias beta (D,) -> (..., D), gamma *
+    (x - mean) / sqrt(var + eps) + beta, with the mean and the biased variance over the last
+    dimension.
     """
     cases = [Case(label, x, layer_norm(*x)) for label, x in _norm_cases(40, True)]
     result = run_check(
@@ -154,8 +155,9 @@ RMS_MISTAKES = [
 def check_rms_norm(norm_class: Callable, verbose: bool = True) -> CheckResult:
     """Check a reader's RMSNorm against chapter 11's RMSNorm.
 
-    norm_class(d_model, eps=1e-5) builds a module with a parameter `weight` (gamma, shape (D,)), into which the
-    check copies a random gamma; module(x): x (..., D) -> (..., D), gamma * x / sqrt(mean(x^2) + eps).
+    norm_class(d_model, eps=1e-5) builds a module with a parameter `weight` (gamma, shape (D,)),
+    into which the check copies a random gamma; module(x): x (..., D) -> (..., D), gamma * x /
+    sqrt(mean(x^2) + eps).
     """
 
     def run(inputs: tuple) -> Any:
@@ -286,10 +288,10 @@ ENCODER_MISTAKES = [
 def check_encoder_layer(layer_class: Callable, verbose: bool = True) -> CheckResult:
     """Check a reader's encoder layer against chapter 6's EncoderLayer, post-norm and pre-norm.
 
-    layer_class(d_model, num_heads, d_ff, dropout=0.0, norm_first=...) builds a module whose parts carry chapter
-    6's names (self_attn: chapter 3's MultiHeadAttention, feed_forward with linear1 and linear2, norm1, norm2), so
-    that the book's weights load into it; layer(x, src_mask): x (B, T, D), src_mask boolean (B, 1, 1, T), True =
-    may attend -> (B, T, D).
+    layer_class(d_model, num_heads, d_ff, dropout=0.0, norm_first=...) builds a module whose parts
+    carry chapter 6's names (self_attn: chapter 3's MultiHeadAttention, feed_forward with linear1
+    and linear2, norm1, norm2), so that the book's weights load into it; layer(x, src_mask): x (B,
+    T, D), src_mask boolean (B, 1, 1, T), True = may attend -> (B, T, D).
     """
     x = random_tensor(60, 2, 5, 16)
     mask = torch.tensor([[True] * 5, [True] * 3 + [False] * 2])[:, None, None, :]  # (B, 1, 1, T)

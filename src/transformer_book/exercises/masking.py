@@ -92,8 +92,8 @@ PADDING_CONVENTIONS = [
 def check_padding_mask(mask_fn: Callable, verbose: bool = True) -> CheckResult:
     """Check a reader's padding mask against chapter 5's padding_mask.
 
-    mask_fn(tokens, pad_id): tokens (B, T) integer ids -> (B, 1, 1, T) boolean, True = a real token (may be
-    attended to).
+    mask_fn(tokens, pad_id): tokens (B, T) integer ids -> (B, 1, 1, T) boolean, True = a real token
+    (may be attended to).
     """
     tokens = torch.tensor([[5, 6, 7, 8, 0, 0], [4, 9, 0, 0, 0, 0], [1, 2, 3, 4, 5, 6]])
     other = torch.tensor([[0, 5, 3, 3], [7, 3, 3, 3]])
@@ -155,7 +155,8 @@ CAUSAL_CONVENTIONS = [
 def check_causal_mask(mask_fn: Callable, verbose: bool = True) -> CheckResult:
     """Check a reader's causal mask against chapter 5's causal_mask.
 
-    mask_fn(size) -> (T, T) boolean with T = size, True on and below the diagonal: query i attends to keys j <= i.
+    mask_fn(size) -> (T, T) boolean with T = size, True on and below the diagonal: query i attends
+    to keys j <= i.
     """
     cases = [Case(f"T = {size}", size, causal_mask(size)) for size in (1, 4, 7)]
     result = run_check(
@@ -203,10 +204,11 @@ def _pair(value: Any) -> Any:
 
 @keeps_rng
 def check_shift_right(shift: Callable, verbose: bool = True) -> CheckResult:
-    """Check a reader's split of a target into decoder input and labels against chapter 5's make_batch.
+    """Check a reader's split of a target into decoder input and labels against chapter 5's
+    make_batch.
 
-    shift(tgt): tgt (B, T + 1) = BOS y_1 ... y_n EOS, padded on the right -> (decoder input, labels), each
-    (B, T): the input BOS y_1 ... y_n, the labels y_1 ... y_n EOS.
+    shift(tgt): tgt (B, T + 1) = BOS y_1 ... y_n EOS, padded on the right -> (decoder input,
+    labels), each (B, T): the input BOS y_1 ... y_n, the labels y_1 ... y_n EOS.
     """
     first = torch.tensor([[1, 5, 6, 7, 2, 0, 0], [1, 8, 9, 2, 0, 0, 0], [1, 4, 4, 4, 5, 9, 2]])
     second = torch.tensor([[1, 11, 2], [1, 2, 0]])

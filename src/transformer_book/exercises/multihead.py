@@ -36,7 +36,8 @@ def _reference_layer(d_model: int, num_heads: int) -> MultiHeadAttention:
 def copy_projections(source: nn.Module, target: nn.Module, call_first: Callable[[], Any]) -> None:
     """Copy q_proj, k_proj, v_proj and out_proj (weights and biases) of `source` into the reader's layer."""
     if not any(hasattr(target, name) for name in PROJECTIONS):
-        call_first()  # a stub raises NotImplementedError here, and the report says "not written yet"
+        # a stub raises NotImplementedError here, and the report says "not written yet"
+        call_first()
     for name in PROJECTIONS:
         mine, theirs = getattr(source, name), getattr(target, name, None)
         if not isinstance(theirs, nn.Linear) or theirs.weight.shape != mine.weight.shape:
@@ -172,8 +173,9 @@ def check_multi_head_attention(layer_class: Callable, verbose: bool = True) -> C
 
     layer_class(d_model, num_heads) must build a module with q_proj, k_proj, v_proj, out_proj (each
     nn.Linear(D, D) with bias), into which the check copies the book's weights; calling it as
-    layer(query, key, value, mask) with query (B, L_q, D), key and value (B, L_k, D) and a boolean mask (True =
-    may attend) broadcastable to (B, H, L_q, L_k) returns (B, L_q, D), or (output, weights).
+    layer(query, key, value, mask) with query (B, L_q, D), key and value (B, L_k, D) and a boolean
+    mask (True = may attend) broadcastable to (B, H, L_q, L_k) returns (B, L_q, D), or (output,
+    weights).
     """
 
     def run(inputs: tuple) -> Any:

@@ -33,12 +33,14 @@ def encoding_variant(
     max_len, d_model = inputs
     position = torch.arange(first, first + max_len, dtype=torch.float64)[:, None]  # (max_len, 1)
     two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # 2i
-    frequency = PE_BASE ** (-(two_i if exponent == "2i/d" else two_i / 2) / d_model)  # 1 / 10000^(2i/d)
+    # 1 / 10000^(2i/d)
+    frequency = PE_BASE ** (-(two_i if exponent == "2i/d" else two_i / 2) / d_model)
     angles = position * (1 / frequency if multiply else frequency)  # (max_len, D/2)
     even, odd = (angles.cos(), angles.sin()) if swap else (angles.sin(), angles.cos())
     if layout == "halves":
         return torch.cat([even, odd], dim=-1).float()
-    return torch.stack([even, odd], dim=-1).flatten(-2).float()  # (max_len, D): sin, cos, sin, cos, ...
+    # (max_len, D): sin, cos, sin, cos, ...
+    return torch.stack([even, odd], dim=-1).flatten(-2).float()
 
 
 def _encoding(**changes: Any) -> Callable[[tuple], Tensor]:
@@ -166,11 +168,12 @@ ROTARY_MISTAKES = [
 
 @keeps_rng
 def check_rotary(rotary: Callable, verbose: bool = True) -> CheckResult:
-    """Check a reader's rotary position embedding against chapter 4's apply_rotary (used in chapter 11).
+    """Check a reader's rotary position embedding against chapter 4's apply_rotary (used in chapter
+    11).
 
-    rotary(x, positions=None): x (..., T, D_h) queries or keys, positions (T,) long (default 0 .. T-1) ->
-    the same shape, pair (x[..., 2i], x[..., 2i+1]) of row t rotated by the angle positions[t] * theta_i,
-    theta_i = 10000^(-2i/D_h).
+    rotary(x, positions=None): x (..., T, D_h) queries or keys, positions (T,) long (default 0 ..
+    T-1) -> the same shape, pair (x[..., 2i], x[..., 2i+1]) of row t rotated by the angle
+    positions[t] * theta_i, theta_i = 10000^(-2i/D_h).
     """
     x, y = random_tensor(30, 2, 2, 6, 8), random_tensor(31, 3, 5, 16)
     inputs = {

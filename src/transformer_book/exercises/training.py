@@ -118,11 +118,13 @@ SMOOTHING_CONVENTIONS = [
 
 @keeps_rng
 def check_label_smoothing(loss_class: Callable, verbose: bool = True) -> CheckResult:
-    """Check a reader's label-smoothing loss against chapter 7's LabelSmoothingLoss (its default convention).
+    """Check a reader's label-smoothing loss against chapter 7's LabelSmoothingLoss (its default
+    convention).
 
-    loss_class(smoothing, ignore_index) builds the loss; loss(logits, target): logits (N, vocab_size),
-    target (N,) class ids, some equal to ignore_index (padding) -> a scalar, the mean over non-padding
-    positions of the cross-entropy against q = (1 - smoothing) one_hot(y) + smoothing / vocab_size.
+    loss_class(smoothing, ignore_index) builds the loss; loss(logits, target): logits (N,
+    vocab_size), target (N,) class ids, some equal to ignore_index (padding) -> a scalar, the mean
+    over non-padding positions of the cross-entropy against q = (1 - smoothing) one_hot(y) +
+    smoothing / vocab_size.
     """
     logits, target = random_tensor(70, 8, 6, scale=2.0), torch.tensor([1, 2, 0, 5, 3, 0, 4, 4])
     inputs = {
@@ -208,8 +210,8 @@ SCHEDULE_MISTAKES = [
 def check_warmup_schedule(rate: Callable, verbose: bool = True) -> CheckResult:
     """Check a reader's learning-rate schedule against chapter 7's noam_rate.
 
-    rate(step, d_model, warmup_steps) -> float: d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5), for
-    optimizer steps counted from 1.
+    rate(step, d_model, warmup_steps) -> float: d_model^-0.5 * min(step^-0.5, step *
+    warmup_steps^-1.5), for optimizer steps counted from 1.
     """
     inputs = {
         "d_model 512, warm-up 4000, steps 1, 2, 100, 3999, 4000, 4001, 100000": (

@@ -46,16 +46,19 @@ class RunRecord:
     preset: dict  # the Preset's fields (dataclasses.asdict): a run resumes only with the same ones
     device: str
     amp: str  # the autocast dtype, as str(dtype); "None" is float32
-    history: list[dict] = field(default_factory=list)  # per epoch: epoch, step, losses, val_bleu, seconds
+    # per epoch: epoch, step, losses, val_bleu, seconds
+    history: list[dict] = field(default_factory=list)
     train_state: TrainState = field(default_factory=TrainState)  # where training is (chapter 7)
     scaler: dict | None = None  # float16's gradient scaler: the loss scale it had settled on
-    stopped: str | None = None  # why training stopped before its budget: "time limit" or "max_steps=N"
+    # why training stopped before its budget: "time limit" or "max_steps=N"
+    stopped: str | None = None
     scored_partial: bool = False  # the epoch a time limit cut short has been scored
-    amp_rates: dict | None = None  # amp "auto" on a CPU: the probe's GFLOP/s by dtype that chose `amp`
+    # amp "auto" on a CPU: the probe's GFLOP/s by dtype that chose `amp`
+    amp_rates: dict | None = None
 
     def is_complete(self) -> bool:
-        """True once the run has trained all its epochs, or the safety time limit stopped it for good: the one
-        place that decides whether `train` has anything left to do."""
+        """True once the run has trained all its epochs, or the safety time limit stopped it for
+        good: the one place that decides whether `train` has anything left to do."""
         return self.train_state.epoch >= self.preset["epochs"] or self.stopped == "time limit"
 
     def has_reached(self, max_steps: int | None) -> bool:
@@ -103,12 +106,14 @@ class RunRecord:
         return record
 
 
-MAX_RECORDED_INT = 2**53  # the largest whole number a JSON reader keeps exactly; no count of a run comes near
+# the largest whole number a JSON reader keeps exactly; no count of a run comes near
+MAX_RECORDED_INT = 2**53
 
 
 def _preset_problems(values: dict) -> list[str]:
-    """The fields of a recorded preset that train() could not have written: unknown names, values of the wrong
-    type, numbers below 0 or above MAX_RECORDED_INT. A field the record lacks counts as its default."""
+    """The fields of a recorded preset that train() could not have written: unknown names, values of
+    the wrong type, numbers below 0 or above MAX_RECORDED_INT. A field the record lacks counts as
+    its default."""
     kinds = {f.name: f.type for f in fields(Preset)}
     problems = [f"{name} (unknown)" for name in sorted(set(values) - set(kinds))]
     for name, value in values.items():
@@ -143,11 +148,12 @@ def save_checkpoint(
     path: str | Path, model: Transformer, optimizer: torch.optim.Optimizer | None, record: RunRecord | None,
     tokenizer_file: str | Path, random_states: list[dict[str, torch.Tensor]] | None = None,
 ) -> Path:
-    """Write a checkpoint folder atomically: a crash at any moment leaves the old one or the new one.
+    """Write a checkpoint folder atomically: a crash at any moment leaves the old one or the new
+    one.
 
-    With an optimizer it also keeps `random_states`: every process's generators (`random_state`), in the order
-    of the ranks; by default this process's alone. Saves into one folder take turns (they lock the folder that
-    holds it), so two processes never interleave.
+    With an optimizer it also keeps `random_states`: every process's generators (`random_state`), in
+    the order of the ranks; by default this process's alone. Saves into one folder take turns (they
+    lock the folder that holds it), so two processes never interleave.
     """
     if random_states is not None and not (isinstance(random_states, list)
                                           and all(isinstance(s, dict) and "rng_state" in s for s in random_states)):
@@ -159,12 +165,13 @@ def save_checkpoint(
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with lock_file(path.parent, wait=True, folder=True):
-        # This save's own temporary folder, next to the target (a rename cannot cross file systems): a kill
-        # leaves only a `.NAME-*.tmp`, which the next run clears.
+        # This save's own temporary folder, next to the target (a rename cannot cross file systems):
+        # a kill leaves only a `.NAME-*.tmp`, which the next run clears.
         tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}-", suffix=".tmp", dir=path.parent))
         try:
             info = _write_files(tmp, model, optimizer, record, tokenizer_file, random_states)
-            (tmp / "checkpoint.json").write_text(seal(info))  # written last: it vouches for the rest, and itself
+            # written last: it vouches for the rest, and itself
+            (tmp / "checkpoint.json").write_text(seal(info))
             return swap_in(tmp, path)
         except SafetensorError as error:  # the library's error when the disk is full
             raise OSError(f"could not write the checkpoint {path} ({error}); free some disk space") from None
@@ -184,14 +191,16 @@ def _write_files(tmp: Path, model: Transformer, optimizer: torch.optim.Optimizer
                  tokenizer_file: str | Path, random_states: list[dict[str, torch.Tensor]] | None) -> dict:
     """Write the weights, Adam's state and the tokenizer into `tmp`; returns what checkpoint.json records."""
     info = record.to_json() if record is not None else {}
-    # Tied embeddings are one tensor under three names: store it once (safetensors refuses shared memory).
+    # Tied embeddings are one tensor under three names: store it once (safetensors refuses shared
+    # memory).
     tied = ("tgt_embed.weight", "generator.weight") if model.config.tie_embeddings else ()
     weights = {k: v.detach().contiguous() for k, v in model.state_dict().items() if k not in tied}
     save_file(weights, tmp / "model.safetensors")
     if optimizer is not None:
         tensors, groups = _optimizer_tensors(optimizer)
         states = random_states or [random_state(next(model.parameters()).device)]
-        for name in states[0]:  # "rng_states": row r holds process r's CPU generator; "cuda_rng_states" its GPU's
+        # "rng_states": row r holds process r's CPU generator; "cuda_rng_states" its GPU's
+        for name in states[0]:
             tensors[f"{name}s"] = torch.stack([state[name] for state in states])
         save_file(tensors, tmp / "optimizer.safetensors")
         info["param_groups"] = groups
@@ -209,7 +218,8 @@ REQUIRED_KEYS = ("config", "tokenizer_sha256")  # what load_checkpoint needs fro
 class Checkpoint:
     """What load_checkpoint read besides the model."""
 
-    path: Path  # the folder actually read: the one asked for, or its `.old` when a save was interrupted
+    # the folder actually read: the one asked for, or its `.old` when a save was interrupted
+    path: Path
     info: dict  # checkpoint.json as read
     tokenizer: Tokenizer  # built from the bytes whose SHA-256 checkpoint.json records
     averaged: tuple[str, ...] = ()  # the folders average_checkpoints took the mean of
@@ -261,7 +271,8 @@ def _retry_torn(load_once, attempts: int = 8):
     for attempt in range(attempts):
         try:
             return load_once()
-        except (ChangedDuringRead, FileNotFoundError):  # a file, or the folder, swapped out under the reader
+        # a file, or the folder, swapped out under the reader
+        except (ChangedDuringRead, FileNotFoundError):
             if attempt == attempts - 1:
                 raise
             time.sleep(0.02 * (attempt + 1))  # a save takes a moment: let it finish
@@ -279,7 +290,8 @@ def _load_model(path: Path, device: torch.device | str) -> tuple[Transformer, Ch
                                info["sizes"].get("tokenizer.json", 0))
     tokenizer = tokenizer.tokenizer
     config = _config(path, info)
-    weights = _load_tensors(path, "model.safetensors", info, device)  # read before the model takes any memory
+    # read before the model takes any memory
+    weights = _load_tensors(path, "model.safetensors", info, device)
     model = Transformer(config).to(device)
     if config.tie_embeddings:
         weights["tgt_embed.weight"] = weights["generator.weight"] = weights["src_embed.weight"]
@@ -300,8 +312,8 @@ def _config(path: Path, info: dict) -> TransformerConfig:
     try:
         config = TransformerConfig(**info["config"])
         layers, d, d_ff = config.num_encoder_layers + config.num_decoder_layers, config.d_model, config.d_ff
-        # a lower bound on the weights (2 bytes each, as in float16): the embeddings, and each layer's attention and
-        # feed-forward
+        # a lower bound on the weights (2 bytes each, as in float16): the embeddings, and each
+        # layer's attention and feed-forward
         least_bytes = 2 * (config.src_vocab_size * d + layers * (4 * d * d + 2 * d * d_ff))
     except (TypeError, ValueError) as error:
         raise ValueError(
@@ -319,8 +331,9 @@ def _config(path: Path, info: dict) -> TransformerConfig:
 
 def load_optimizer_state(optimizer: torch.optim.Optimizer, path: str | Path, device: torch.device | str,
                          rank: int = 0, world_size: int = 1) -> int:
-    """Restore Adam's state saved in the checkpoint folder `path`, and process `rank`'s random-number generators
-    when the folder holds those of `world_size` processes. Returns how many processes' generators it holds."""
+    """Restore Adam's state saved in the checkpoint folder `path`, and process `rank`'s
+    random-number generators when the folder holds those of `world_size` processes. Returns how many
+    processes' generators it holds."""
     if check_int("rank", rank, minimum=0) >= check_int("world_size", world_size):
         raise ValueError(f"rank must be below world_size={world_size} (ranks count from 0); got rank={rank}")
 
@@ -347,7 +360,8 @@ def _restore_generators(tensors: dict[str, torch.Tensor], rank: int, world_size:
     if cpu is None:  # written before every process's generators were kept: process 0's alone
         cpu, cuda = tensors.pop("rng_state")[None], tensors.pop("cuda_rng_state", None)
         cuda = None if cuda is None else cuda[None]
-    if len(cpu) == world_size:  # each row copied: torch.set_rng_state crashes on a row that is a view of the rest
+    # each row copied: torch.set_rng_state crashes on a row that is a view of the rest
+    if len(cpu) == world_size:
         torch.set_rng_state(cpu[rank].clone())
         if cuda is not None and torch.device(device).type == "cuda":
             torch.cuda.set_rng_state(cuda[rank].clone(), torch.device(device))
@@ -371,7 +385,8 @@ def average_checkpoints(paths: list[str | Path], device: torch.device | str = "c
                 f"{path} holds a model of another configuration or tokenizer than {paths[0]}; average only "
                 f"checkpoints of one run (for example its snapshots/ folder)"
             )
-        # Same shapes and tokenizer, yet another run: the other direction, another arithmetic, another seed
+        # Same shapes and tokenizer, yet another run: the other direction, another arithmetic,
+        # another seed
         preset = checkpoint.info.get("preset") or {}
         if differ := sorted(k for k in first_preset.keys() & preset.keys() if first_preset[k] != preset[k]):
             raise ValueError(

@@ -71,7 +71,8 @@ def _checkpoint_folder(text: str) -> str:
 
 _AVERAGE_HELP = "average the weights of the last N snapshots; CHECKPOINT is then a run's snapshots/ folder"
 _BEAM_HELP = "beam width; default: the one the run's preset names (1 is greedy decoding)"
-_DEFAULT_BEAM = next(f.default for f in fields(Preset) if f.name == "beam_size")  # for a checkpoint with no preset
+# for a checkpoint with no preset
+_DEFAULT_BEAM = next(f.default for f in fields(Preset) if f.name == "beam_size")
 
 
 def _check_checkpoint(checkpoint: str, average: int | None) -> None:
@@ -137,8 +138,9 @@ def _sentences(arguments: list[str], language: str = "German") -> list[str | Non
 
 
 def _lines(text: bytes) -> list[bytes]:
-    """The lines of stdin: split at newlines only (a Windows carriage return before one ends the line too); a lone
-    carriage return inside a line is a space, as a tab is, so one line in always gives one line out."""
+    """The lines of stdin: split at newlines only (a Windows carriage return before one ends the
+    line too); a lone carriage return inside a line is a space, as a tab is, so one line in always
+    gives one line out."""
     lines = text.split(b"\n")
     if lines[-1] == b"":
         lines.pop()  # the newline that ends the last line starts no new one
@@ -222,8 +224,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"transformer_book {__version__}")
     parser.add_argument("--debug", action="store_true", help="show the full traceback of an error")
     commands = parser.add_subparsers(dest="command", required=True)
-    # allow_abbrev=False: `--beam 3` is refused, not read as --beam-size (a later option named --beam... would
-    # change what it means)
+    # allow_abbrev=False: `--beam 3` is refused, not read as --beam-size (a later option named
+    # --beam... would change what it means)
     command = dict(formatter_class=_ShowDefaults, allow_abbrev=False)
     p = commands.add_parser("train", help="train (or resume) a translation model on Multi30k",
                             description=_DESCRIPTIONS["train"], **command)
@@ -268,9 +270,10 @@ def _decoding_options(p: argparse.ArgumentParser) -> None:
 def main(argv: list[str] | None = None) -> int:
     """The command line: train, translate or evaluate (python -m transformer_book --help).
 
-    An expected error (bad input, a missing or damaged file) prints `error: ...` and exits with status 2;
-    `--debug` shows the traceback instead. Ctrl-C (or SIGTERM) prints one line, saying for train what the next
-    run starts from (train first ends its update and saves it), and exits with status 130 (143).
+    An expected error (bad input, a missing or damaged file) prints `error: ...` and exits with
+    status 2; `--debug` shows the traceback instead. Ctrl-C (or SIGTERM) prints one line, saying for
+    train what the next run starts from (train first ends its update and saves it), and exits with
+    status 130 (143).
     """
     args = _parser().parse_args(argv)
     try:
@@ -281,17 +284,20 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(_interrupted(args, stop), file=sys.stderr)
         return 128 + (signal.SIGTERM if isinstance(stop, Terminated) else signal.SIGINT)
-    except BrokenPipeError:  # the reader of stdout left (`translate ... | head`): stop quietly, as Unix tools do
+    # the reader of stdout left (`translate ... | head`): stop quietly, as Unix tools do
+    except BrokenPipeError:
         _silence_stdout()
         return 0
     except (ValueError, TypeError, OSError, RuntimeError, ArithmeticError, MemoryError) as error:
-        if args.debug:  # DataError is a RuntimeError, a NaN loss's FloatingPointError an ArithmeticError
+        # DataError is a RuntimeError, a NaN loss's FloatingPointError an ArithmeticError
+        if args.debug:
             raise
         print(error_line(error), file=sys.stderr)
         return 2
 
 
-# What to do about an operating system's error that reaches the command line with no message of the package's own.
+# What to do about an operating system's error that reaches the command line with no message of the
+# package's own.
 _OS_ERROR_ADVICE = {
     errno.ENOSPC: "the disk is full: free some space, or choose a folder on another disk",
     errno.EROFS: "the file system is read-only: choose a folder you can write to",
@@ -318,7 +324,8 @@ def _silence_stdout() -> None:
     """Point stdout at /dev/null, so that Python's own flush at exit does not report the closed pipe again."""
     try:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    except (OSError, ValueError):  # stdout without a file descriptor (a test's capture): nothing to flush
+    # stdout without a file descriptor (a test's capture): nothing to flush
+    except (OSError, ValueError):
         pass
 
 
@@ -335,7 +342,8 @@ def _run(args: argparse.Namespace) -> int:
         for sentence in sentences:
             print(next(translations) if sentence is not None else "")
         return 0 if len(readable) == len(sentences) else 2
-    pairs = in_direction(data.load_multi30k(args.split), translator.direction)  # (source, reference) pairs
+    # (source, reference) pairs
+    pairs = in_direction(data.load_multi30k(args.split), translator.direction)
     result = evaluate(translator, pairs, beam_size, args.length_penalty)
     print(f"BLEU {result['bleu']:.2f} (lowercased {result['bleu_lowercase']:.2f}, brevity penalty "
           f"{result['brevity_penalty']:.3f})  {result['signature']}")
@@ -344,14 +352,16 @@ def _run(args: argparse.Namespace) -> int:
 
 def _train(args: argparse.Namespace) -> int:
     """`train`: say so when the run is already complete, else train or resume it; then say where it stands."""
-    distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1  # started by torchrun with several processes
+    # started by torchrun with several processes
+    distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
     preset = choose_preset(args.preset, amp=args.amp, direction=args.direction)
     saved = None if distributed else _saved(_run_folder(args.out))
     if saved is not None and (name := saved.preset.get("name", preset.name)) != preset.name:
         raise ValueError(f"{args.out} holds a run of preset {name!r}, not {preset.name!r}: resume it with --preset "
                          f"{name}, or give another --out to train anew")
     if saved is not None and (differences := preset_differences(saved.preset, preset)):
-        # refused here, before train() takes the folder's lock and tidies it: a refused command changes nothing
+        # refused here, before train() takes the folder's lock and tidies it: a refused command
+        # changes nothing
         raise ValueError(f"{args.out} holds a run of preset {name!r} with other settings ({differences}); "
                          f"resume it with the same options, or give another --out to train anew")
     if saved is not None and saved.is_complete():

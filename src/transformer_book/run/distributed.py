@@ -21,10 +21,12 @@ from ..tokens import PAD_ID
 
 # %% ../../../chapters/10a_engineering_the_run.ipynb #10b00034
 def shard(batch: Batch, rank: int, world_size: int) -> Batch:
-    """Process `rank`'s share of a batch: a contiguous block of its rows, the rows split as evenly as they go.
+    """Process `rank`'s share of a batch: a contiguous block of its rows, the rows split as evenly
+    as they go.
 
-    A process left without a row (a batch with fewer rows than processes) gets row 0 with every target set to
-    padding: it adds nothing to the loss, but it still runs the forward and backward passes DDP waits for.
+    A process left without a row (a batch with fewer rows than processes) gets row 0 with every
+    target set to padding: it adds nothing to the loss, but it still runs the forward and backward
+    passes DDP waits for.
     """
     rows = torch.arange(batch.src.size(0)).tensor_split(world_size)[rank]
     if len(rows) == 0:
@@ -51,14 +53,17 @@ class ShardedLoss(nn.Module):
         return self.loss_fn(logits, target) * tokens * dist.get_world_size() / batch_tokens.clamp(min=1)
 
 
-JOIN_TIMEOUT = timedelta(minutes=5)  # torchrun starts every process at once: a partner this late never comes
+# torchrun starts every process at once: a partner this late never comes
+JOIN_TIMEOUT = timedelta(minutes=5)
 
 
 def start_distributed(timeout: timedelta = JOIN_TIMEOUT) -> torch.device:
-    """Join the group of processes torchrun started (its environment variables say where); return our device.
+    """Join the group of processes torchrun started (its environment variables say where); return
+    our device.
 
-    One process per GPU, talking through NCCL; without GPUs, processes on the CPU talking through gloo, which
-    is how the tests run it. When the others have not all joined within `timeout`, a RuntimeError says so.
+    One process per GPU, talking through NCCL; without GPUs, processes on the CPU talking through
+    gloo, which is how the tests run it. When the others have not all joined within `timeout`, a
+    RuntimeError says so.
     """
     if torch.cuda.is_available():
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
@@ -67,7 +72,8 @@ def start_distributed(timeout: timedelta = JOIN_TIMEOUT) -> torch.device:
         device = torch.device("cpu")
     try:
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo", timeout=timeout)
-    except dist.DistStoreError as error:  # the rendezvous timed out: a partner never started, or cannot reach us
+    # the rendezvous timed out: a partner never started, or cannot reach us
+    except dist.DistStoreError as error:
         raise RuntimeError(
             f"the {os.environ.get('WORLD_SIZE')} processes of WORLD_SIZE did not all meet within "
             f"{timeout.total_seconds():g} s ({error}); start them together with torchrun, or unset WORLD_SIZE "
@@ -114,10 +120,10 @@ class Processes:
         return [shard(batch, self.rank, self.world_size) for batch in batches] if self.distributed else batches
 
     def seed(self, seed: int, saved: int = 0) -> bool:
-        """Give this process its own random stream, from `seed + 1000 * rank`, so that dropout draws other masks
-        on each shard; True if it did. `saved`: how many processes' generators the checkpoint resumed from held
-        (0: a new run). With as many as now, each process took back its own and keeps it; a new run in one process
-        keeps the stream it was seeded with."""
+        """Give this process its own random stream, from `seed + 1000 * rank`, so that dropout draws
+        other masks on each shard; True if it did. `saved`: how many processes' generators the
+        checkpoint resumed from held (0: a new run). With as many as now, each process took back its
+        own and keeps it; a new run in one process keeps the stream it was seeded with."""
         if saved == self.world_size or not (saved or self.distributed):
             return False
         torch.manual_seed(seed + 1000 * self.rank)
@@ -140,9 +146,10 @@ class Processes:
 
     def agree(self, loss: torch.Tensor, tokens: int, stops: tuple[bool, ...],
               device: torch.device) -> tuple[torch.Tensor, int, tuple[bool, ...]]:
-        """The whole batch's mean loss (a tensor left on the device, as chapter 7's fit leaves it) and target
-        tokens, and each reason to stop (the time limit, a Ctrl-C), the same in every process: true in all if
-        true in one. Alone it returns its arguments; in a group the stops are read back: one wait a step."""
+        """The whole batch's mean loss (a tensor left on the device, as chapter 7's fit leaves it)
+        and target tokens, and each reason to stop (the time limit, a Ctrl-C), the same in every
+        process: true in all if true in one. Alone it returns its arguments; in a group the stops
+        are read back: one wait a step."""
         if not self.distributed:
             return loss, tokens, stops
         loss = torch.as_tensor(loss, device=device).detach().reshape(1).double()

@@ -51,13 +51,15 @@ def train(
     copy_to: str | Path | None = None,
     amp: str | None = None,
 ) -> RunRecord:
-    """Train, or resume, the run in folder `out`; returns its record (history, training state, preset).
+    """Train, or resume, the run in folder `out`; returns its record (history, training state,
+    preset).
 
-    log (print, say) receives a line per epoch and one when a run resumes. amp replaces the preset's arithmetic
-    ("off": float32). copy_to (a folder on Google Drive, say) receives copies of the checkpoints, and a run whose
-    folder `out` is empty starts from them. Started by torchrun in several processes, each trains on its share of
-    every batch, and process 0 alone evaluates, saves and logs. Ctrl-C (or SIGTERM) stops it at the end of the
-    update in progress; it saves that update, then raises KeyboardInterrupt (chapter 10a).
+    log (print, say) receives a line per epoch and one when a run resumes. amp replaces the preset's
+    arithmetic ("off": float32). copy_to (a folder on Google Drive, say) receives copies of the
+    checkpoints, and a run whose folder `out` is empty starts from them. Started by torchrun in
+    several processes, each trains on its share of every batch, and process 0 alone evaluates, saves
+    and logs. Ctrl-C (or SIGTERM) stops it at the end of the update in progress; it saves that
+    update, then raises KeyboardInterrupt (chapter 10a).
     """
     if max_steps is not None:
         check_int("max_steps", max_steps)
@@ -66,23 +68,27 @@ def train(
         log = _discard
     device = torch.device(device) if device is not None else pick_device()
     if not isinstance(preset, Preset):
-        preset = choose_preset(preset, device, amp)  # a name; amp, when given, replaces the preset's
+        # a name; amp, when given, replaces the preset's
+        preset = choose_preset(preset, device, amp)
     elif amp is not None:
         preset = replace(preset, amp=check_choice("amp", amp, AMP_CHOICES))
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     with runfolder.hold_run_folder(out) if processes.is_main else nullcontext():
         copier = runfolder.RunCopier(out, copy_to)
-        if processes.is_main and copier.restore():  # the session that wrote `out` is gone: go on from the copy
+        # the session that wrote `out` is gone: go on from the copy
+        if processes.is_main and copier.restore():
             log(f"copied the run saved in {copy_to} to {out}")
         set_seed(preset.seed)
         corpus = prepare_data(preset, out, processes, root)
         run = build_or_resume(preset, out, device, processes, corpus, copier, log)
-        with run.stop:  # the first Ctrl-C or SIGTERM asks to stop at the end of the update in progress
+        # the first Ctrl-C or SIGTERM asks to stop at the end of the update in progress
+        with run.stop:
             train_epochs(run, max_steps, progress)
             finish(run)  # a signal during the last saves waits for them too
     if run.stop.requested or run.record.stopped == INTERRUPTED:
-        run.stop.interrupt()  # `last/` holds the update the request stopped at: now the interruption
+        # `last/` holds the update the request stopped at: now the interruption
+        run.stop.interrupt()
     return run.record
 
 
@@ -103,7 +109,8 @@ def train_epochs(run: "Run", max_steps: int | None, progress: bool) -> None:
 class RunData:
     """The sentence pairs of a run, encoded with its tokenizer."""
 
-    tokenizer: runfolder.RunTokenizer  # the run's tokenizer, with the SHA-256 its checkpoints record
+    # the run's tokenizer, with the SHA-256 its checkpoints record
+    tokenizer: runfolder.RunTokenizer
     examples: list  # the encoded training pairs (chapter 9)
     val_pairs: list[tuple[str, str]]  # validation sentences, for the quick BLEU
     val_examples: list  # the same, encoded, for the validation loss
@@ -120,7 +127,8 @@ def prepare_data(preset: Preset, out: Path, processes: Processes, root: str | Pa
         tokenizer = runfolder.run_tokenizer(out, [s for pair in train_pairs for s in pair], preset.vocab_size)
     encode = partial(data.encode_pairs, tokenizer=tokenizer.tokenizer, max_len=preset.max_sentence_tokens)
     examples, val_examples = encode(train_pairs), encode(val_pairs)
-    # The ids checked once, here, against the vocabulary: the training step trusts them (chapter 7's fit).
+    # The ids checked once, here, against the vocabulary: the training step trusts them (chapter 7's
+    # fit).
     vocab_size = tokenizer.tokenizer.get_vocab_size()
     ids = (i for pair in examples + val_examples for sentence in pair for i in sentence)
     if any(not 0 <= i < vocab_size for i in ids):
@@ -130,12 +138,13 @@ def prepare_data(preset: Preset, out: Path, processes: Processes, root: str | Pa
 
 
 class EpochBatches(Sequence):
-    """An epoch's batches, exactly chapter 9's batch_by_tokens (same order, same tensors for the same seed and
-    epoch), but each made when it is used: the first step does not wait for the whole epoch's, and counting
-    them (len) makes none."""
+    """An epoch's batches, exactly chapter 9's batch_by_tokens (same order, same tensors for the
+    same seed and epoch), but each made when it is used: the first step does not wait for the whole
+    epoch's, and counting them (len) makes none."""
 
     def __init__(self, examples: list, preset: Preset, epoch: int, processes: Processes):
-        sizes = [max(len(src), len(tgt) - 1) for src, tgt in examples]  # as batch_by_tokens measures them
+        # as batch_by_tokens measures them
+        sizes = [max(len(src), len(tgt) - 1) for src, tgt in examples]
         self.groups = data.token_buckets(sizes, preset.max_tokens, shuffle=True, seed=preset.seed, epoch=epoch)
         self.examples, self.processes = examples, processes
 
@@ -172,7 +181,8 @@ class Run:
     tokens_counted: int = 0  # target tokens already in the record
     saved_step: int = 0  # the step `last/` holds
     save_seconds: float = 0.0  # time spent writing checkpoints, this run and the sessions before it
-    stop: StopRequest = field(default_factory=StopRequest)  # Ctrl-C or SIGTERM asked to stop (chapter 10a)
+    # Ctrl-C or SIGTERM asked to stop (chapter 10a)
+    stop: StopRequest = field(default_factory=StopRequest)
 
     def batches(self, epoch: int) -> EpochBatches:
         """This process's batches of `epoch`: chapter 9's, the same again for the same seed and epoch."""
@@ -186,7 +196,8 @@ def build_or_resume(preset: Preset, out: Path, device: torch.device, processes: 
     optimizer = make_optimizer(model)
     resuming, probe = runfolder.has_checkpoint(out), device.type == "cpu" and preset.amp == "auto"
     rates = cpu_matmul_rates(preset.d_model, preset.d_ff) if probe and not resuming else None
-    amp_dtype = None if probe and resuming else pick_amp_dtype(device, preset.amp, rates)  # resumed: see below
+    # resumed: see below
+    amp_dtype = None if probe and resuming else pick_amp_dtype(device, preset.amp, rates)
     scaler = torch.amp.GradScaler(device.type) if amp_dtype == torch.float16 else None
     record = RunRecord(preset=asdict(preset), device=str(device), amp=str(amp_dtype), amp_rates=rates)
     saved = 0
@@ -204,11 +215,12 @@ def build_or_resume(preset: Preset, out: Path, device: torch.device, processes: 
         else:
             log(f"resuming {out} at step {state.step} (epoch {state.epoch + 1}, batch {state.batch_in_epoch})")
     state = record.train_state
-    if processes.seed(preset.seed + state.step, saved) and saved:  # resumed in another number of processes
+    # resumed in another number of processes
+    if processes.seed(preset.seed + state.step, saved) and saved:
         log(f"{out} holds the random generators of {saved} process(es) and this run has {processes.world_size}: "
             f"each reseeds, so dropout draws other masks than a run that never stopped")
-    # last_epoch = updates already made - 1: a resumed schedule continues where it stopped. Steps whose update
-    # float16's scaler skipped did not advance it (chapter 7's train_step).
+    # last_epoch = updates already made - 1: a resumed schedule continues where it stopped. Steps
+    # whose update float16's scaler skipped did not advance it (chapter 7's train_step).
     scheduler = WarmupSchedule(
         optimizer, preset.d_model, preset.warmup_steps, preset.lr_factor, state.step - state.skipped_steps - 1
     )
@@ -221,8 +233,9 @@ def build_or_resume(preset: Preset, out: Path, device: torch.device, processes: 
 def resume(out: Path, preset: Preset, model: Transformer, optimizer: torch.optim.Optimizer,
            scaler: torch.amp.GradScaler | None, tokenizer: runfolder.RunTokenizer,
            device: torch.device, processes: Processes) -> tuple[RunRecord, int]:
-    """Load the run folder's `last/` into the model, Adam, the scaler and this process's random generators; returns
-    its record and how many processes' generators `last/` holds. Refuses another run's."""
+    """Load the run folder's `last/` into the model, Adam, the scaler and this process's random
+    generators; returns its record and how many processes' generators `last/` holds. Refuses another
+    run's."""
     saved_model, saved = load_checkpoint(out / "last", device)
     record = saved.record  # a ValueError naming what is missing when train() did not write it
     if saved.tokenizer_sha256 != tokenizer.sha256:
@@ -244,8 +257,10 @@ def resume(out: Path, preset: Preset, model: Transformer, optimizer: torch.optim
 
 def save(run: Run, name: str, copy_now: bool = False) -> None:
     """Save `last` (all that resuming needs) or `best` (weights only: all that translating needs)."""
-    run.record.train_state.read_losses()  # FloatingPointError, not a checkpoint, if a loss is not finite
-    if name == "last":  # in every process: each hands over its random generators, and all know the step saved
+    # FloatingPointError, not a checkpoint, if a loss is not finite
+    run.record.train_state.read_losses()
+    # in every process: each hands over its random generators, and all know the step saved
+    if name == "last":
         run.saved_step, generators = run.record.train_state.step, run.processes.gather(random_state(run.device))
     if not run.processes.is_main:
         return  # one writer: the processes hold the same weights
@@ -258,12 +273,13 @@ def save(run: Run, name: str, copy_now: bool = False) -> None:
     run.save_seconds += time.perf_counter() - start
 
 # %% ../../../chapters/10_training_on_gpu.ipynb #4810c20d
-SAVE_EVERY_STEPS = 200  # `last/` is saved every this many updates and at the end: a crash costs at most these
+# `last/` is saved every this many updates and at the end: a crash costs at most these
+SAVE_EVERY_STEPS = 200
 
 
 def after_step(run: Run, max_steps: int | None, state: TrainState) -> bool:
-    """After each update: the whole batch's loss in the record, `last` now and then; True to stop (at the time
-    limit, at max_steps, or when Ctrl-C or SIGTERM asked: each saves `last` first)."""
+    """After each update: the whole batch's loss in the record, `last` now and then; True to stop
+    (at the time limit, at max_steps, or when Ctrl-C or SIGTERM asked: each saves `last` first)."""
     preset = run.preset
     over_time = preset.time_limit_minutes is not None and state.train_seconds > 60 * preset.time_limit_minutes
     loss, tokens, (over_time, asked) = run.processes.agree(
@@ -288,11 +304,13 @@ def after_step(run: Run, max_steps: int | None, state: TrainState) -> bool:
 
 
 def evaluate_and_save(run: Run, state: TrainState) -> None:
-    """After each epoch, in process 0: score it; keep its weights if they will be averaged; `best` if it is best.
+    """After each epoch, in process 0: score it; keep its weights if they will be averaged; `best`
+    if it is best.
 
-    `last/` is not saved here but every SAVE_EVERY_STEPS updates and on Ctrl-C (after_step) and at the end: a crash
-    costs at most that many updates however long an epoch is, and short epochs add no save of `last/` each.
-    Whatever `last/` records is already on disk: snapshots and `best/` are written when their epoch ends.
+    `last/` is not saved here but every SAVE_EVERY_STEPS updates and on Ctrl-C (after_step) and at
+    the end: a crash costs at most that many updates however long an epoch is, and short epochs add
+    no save of `last/` each. Whatever `last/` records is already on disk: snapshots and `best/` are
+    written when their epoch ends.
     """
     if not run.processes.is_main:
         return  # the others wait for it at the next step
@@ -304,8 +322,10 @@ def evaluate_and_save(run: Run, state: TrainState) -> None:
         f"{state.tokens_seen / state.train_seconds:,.0f} target tokens/s"
         + (f"  {state.skipped_steps} updates skipped by the float16 scaler" if state.skipped_steps else "")
     )
-    cut_short = state.batch_in_epoch > 0  # the time limit stopped this epoch: its weights are the last there are
-    if cut_short or state.epoch > run.preset.epochs - run.preset.average_last:  # averaged at the end
+    # the time limit stopped this epoch: its weights are the last there are
+    cut_short = state.batch_in_epoch > 0
+    # averaged at the end
+    if cut_short or state.epoch > run.preset.epochs - run.preset.average_last:
         start = time.perf_counter()
         if run.scaler is not None:
             run.record.scaler = run.scaler.state_dict()  # the record as `last/` will hold it
@@ -315,7 +335,8 @@ def evaluate_and_save(run: Run, state: TrainState) -> None:
         run.save_seconds += time.perf_counter() - start
     if scores["val_bleu"] >= max(r["val_bleu"] for r in run.record.history):
         save(run, "best")
-    scores["save_seconds"] = run.save_seconds  # every checkpoint written up to the end of this epoch
+    # every checkpoint written up to the end of this epoch
+    scores["save_seconds"] = run.save_seconds
 
 
 def score_epoch(run: Run, state: TrainState) -> dict:
@@ -367,20 +388,24 @@ def finish(run: Run) -> None:
             run.record.history[-1]["save_seconds"] = run.save_seconds
     if run.processes.is_main:
         run.copier.copy(now=True)  # the finished run, best and last
-    run.processes.barrier()  # every process returns once process 0 has written the run's last checkpoints
+    # every process returns once process 0 has written the run's last checkpoints
+    run.processes.barrier()
 
 # %% ../../../chapters/10_training_on_gpu.ipynb #b5e2c7a4
 def step_cost(model: Transformer, batch: Batch, loss_fn: nn.Module) -> dict[str, int]:
-    """What one training step on `batch` costs: floating-point operations and bytes of saved activations.
+    """What one training step on `batch` costs: floating-point operations and bytes of saved
+    activations.
 
-    The operations (FlopCounterMode) are those of the forward and backward passes' matrix products; the bytes
-    are those of the tensors autograd keeps between the two passes, the model's own weights left out.
+    The operations (FlopCounterMode) are those of the forward and backward passes' matrix products;
+    the bytes are those of the tensors autograd keeps between the two passes, the model's own
+    weights left out.
     """
     kept: dict[int, int] = {}
 
     def pack(tensor: torch.Tensor) -> torch.Tensor:
         storage = tensor.untyped_storage()
-        kept[storage.data_ptr()] = storage.nbytes()  # a tensor saved twice, or a view of it, counts once
+        # a tensor saved twice, or a view of it, counts once
+        kept[storage.data_ptr()] = storage.nbytes()
         return tensor
 
     weights = {p.untyped_storage().data_ptr() for p in model.parameters()}

@@ -32,45 +32,53 @@ class Preset:
     num_layers: int  # encoder layers = decoder layers
     d_ff: int  # 4 * d_model, the paper's ratio
     dropout: float
-    vocab_size: int  # one joint German-English BPE vocabulary, so all embeddings can be tied (chapter 9)
+    # one joint German-English BPE vocabulary, so all embeddings can be tied (chapter 9)
+    vocab_size: int
     max_tokens: int  # token budget of a batch: sentences x longest sentence (chapter 9's batching)
-    epochs: int  # the training budget: the same number of updates on every machine, so the same result
+    # the training budget: the same number of updates on every machine, so the same result
+    epochs: int
     warmup_steps: int
     lr_factor: float  # multiplies d_model^-0.5 * min(step^-0.5, step * warmup^-1.5) (chapter 7)
     label_smoothing: float = 0.1  # the paper's value (chapter 7)
-    max_sentence_tokens: int = 128  # longer training pairs are dropped; Multi30k's longest is far shorter
+    # longer training pairs are dropped; Multi30k's longest is far shorter
+    max_sentence_tokens: int = 128
     norm_first: bool = True  # pre-norm trains stably with a short warm-up (chapter 6)
     train_subset: int | None = None  # use only the first N training pairs (the smoke preset)
-    val_bleu_sentences: int = 200  # a quick greedy BLEU on this many validation sentences after each epoch
+    # a quick greedy BLEU on this many validation sentences after each epoch
+    val_bleu_sentences: int = 200
     # a safety stop (with a checkpoint) for a machine far slower than planned
     time_limit_minutes: float | None = None
     beam_size: int = 4  # beam width for the final evaluation (chapter 8)
-    average_last: int = 5  # keep the weights of the last N epochs, to average them (the paper averages 5)
+    # keep the weights of the last N epochs, to average them (the paper averages 5)
+    average_last: int = 5
     seed: int = 0
-    amp: str = "auto"  # "auto": see pick_amp_dtype; "bfloat16", "float16" or "off" (float32) force one
-    direction: str = "de-en"  # German in, English out, as on this page; "en-de" trains the other way
+    # "auto": see pick_amp_dtype; "bfloat16", "float16" or "off" (float32) force one
+    amp: str = "auto"
+    # German in, English out, as on this page; "en-de" trains the other way
+    direction: str = "de-en"
 
 # %% ../../../chapters/10_training_on_gpu.ipynb #7f446e14
 PRESETS: dict[str, Preset] = {
-    # The tests' preset: every line of the real code runs, on 400 pairs and a model too small to translate.
+    # The tests' preset: every line of the real code runs, on 400 pairs and a model too small to
+    # translate.
     "smoke": Preset(
         name="smoke", d_model=32, num_heads=2, num_layers=1, d_ff=64, dropout=0.1, vocab_size=500,
         max_tokens=600, epochs=2, warmup_steps=10, lr_factor=2.0, train_subset=400, val_bleu_sentences=20,
         beam_size=2,
     ),
-    # About an hour on a 2-core laptop CPU in float32: half the paper's width, half its depth. Small batches
-    # (3000 tokens, 163 updates an epoch) give many updates: 15 epochs are 2,445 updates on every machine, and
-    # validation BLEU has levelled off by then. Warm-up 800 (~5 epochs) and a factor of 0.7 give a peak rate of
-    # 1.5e-3, safe for a pre-norm model this size. The time limit, about twice what an AVX2 laptop needs, only
-    # stops a run on a machine far slower than that.
+    # About an hour on a 2-core laptop CPU in float32: half the paper's width, half its depth. Small
+    # batches (3000 tokens, 163 updates an epoch) give many updates: 15 epochs are 2,445 updates on
+    # every machine, and validation BLEU has levelled off by then. Warm-up 800 (~5 epochs) and a
+    # factor of 0.7 give a peak rate of 1.5e-3, safe for a pre-norm model this size. The time limit,
+    # about twice what an AVX2 laptop needs, only stops a run on a machine far slower than that.
     "cpu": Preset(
         name="cpu", d_model=256, num_heads=4, num_layers=3, d_ff=1024, dropout=0.1, vocab_size=8000,
         max_tokens=3000, epochs=15, warmup_steps=800, lr_factor=0.7, time_limit_minutes=150.0,
     ),
-    # The paper's base model (d_model 512, 8 heads, 6 + 6 layers, d_ff 2048). Multi30k has 29,000 pairs, far
-    # fewer than WMT's 4.5 million, so dropout is raised from 0.1 to 0.3 against over-fitting. Batches of 4000
-    # tokens give ~120 steps an epoch, ~3700 in 30 epochs; warm-up 1000 with factor 0.5 peaks at 7e-4, the
-    # paper's peak for this width.
+    # The paper's base model (d_model 512, 8 heads, 6 + 6 layers, d_ff 2048). Multi30k has 29,000
+    # pairs, far fewer than WMT's 4.5 million, so dropout is raised from 0.1 to 0.3 against
+    # over-fitting. Batches of 4000 tokens give ~120 steps an epoch, ~3700 in 30 epochs; warm-up
+    # 1000 with factor 0.5 peaks at 7e-4, the paper's peak for this width.
     "gpu": Preset(
         name="gpu", d_model=512, num_heads=8, num_layers=6, d_ff=2048, dropout=0.3, vocab_size=8000,
         max_tokens=4000, epochs=30, warmup_steps=1000, lr_factor=0.5,
@@ -88,9 +96,9 @@ def choose_preset(
 ) -> Preset:
     """The preset named by `name` or TRANSFORMER_BOOK_PRESET; by default gpu with CUDA, else cpu.
 
-    amp, when given, replaces the preset's `amp` ("off" trains in float32 even on a CPU that has bfloat16
-    instructions, as an ordinary CPU would); without it, TRANSFORMER_BOOK_AMP does when set. direction, when
-    given, replaces the preset's ("en-de": English in, German out).
+    amp, when given, replaces the preset's `amp` ("off" trains in float32 even on a CPU that has
+    bfloat16 instructions, as an ordinary CPU would); without it, TRANSFORMER_BOOK_AMP does when
+    set. direction, when given, replaces the preset's ("en-de": English in, German out).
     """
     name = name or os.environ.get("TRANSFORMER_BOOK_PRESET")
     if not name:
@@ -117,9 +125,11 @@ def in_direction(pairs: list[tuple[str, str]], direction: str) -> list[tuple[str
 
 
 def preset_differences(recorded: dict, preset: Preset) -> str:
-    """The fields in which a run's recorded preset differs from `preset`, one by one; "" when none does.
+    """The fields in which a run's recorded preset differs from `preset`, one by one; "" when none
+    does.
 
-    A field the record lacks (one added to Preset after the run) counts as its default: old runs resume.
+    A field the record lacks (one added to Preset after the run) counts as its default: old runs
+    resume.
     """
     defaults = {f.name: f.default for f in fields(Preset) if f.default is not MISSING}
     recorded = defaults | recorded
@@ -140,19 +150,22 @@ def model_config(preset: Preset, vocab_size: int) -> TransformerConfig:
 def cpu_has_bfloat16() -> bool:
     """True on CPUs with bfloat16 instructions (AVX-512 BF16 or AMX); elsewhere bfloat16 is emulated, slowly."""
     cpu = torch.cpu
-    checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")  # in torch.cpu since PyTorch 2.1
+    # in torch.cpu since PyTorch 2.1
+    checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
     return any(getattr(cpu, name, lambda: False)() for name in checks)
 
 
-BFLOAT16_MARGIN = 1.25  # autocast adds casts and keeps softmax and LayerNorm in float32: a step gains less
+# autocast adds casts and keeps softmax and LayerNorm in float32: a step gains less
+BFLOAT16_MARGIN = 1.25
 
 
 def cpu_matmul_rates(d_model: int = 256, d_ff: int = 1024, rows: int = 128) -> dict[str, float]:
-    """GFLOP/s of the feed-forward layer's product, (rows, d_model) x (d_model, d_ff), on this CPU in float32 and
-    in bfloat16, on one thread (the ratio is what counts, and a second thread beside a busy core would time the
-    wait for it): the best of at least 3 calls and 20 ms after one warm-up, well under a second even where
-    bfloat16 is emulated. Measured once per process and sizes, so that runs started in one process agree (the
-    best of a few timings still varies with the load). The run's random state is left as it was."""
+    """GFLOP/s of the feed-forward layer's product, (rows, d_model) x (d_model, d_ff), on this CPU
+    in float32 and in bfloat16, on one thread (the ratio is what counts, and a second thread beside
+    a busy core would time the wait for it): the best of at least 3 calls and 20 ms after one
+    warm-up, well under a second even where bfloat16 is emulated. Measured once per process and
+    sizes, so that runs started in one process agree (the best of a few timings still varies with
+    the load). The run's random state is left as it was."""
     return dict(_measured_rates(d_model, d_ff, rows))
 
 
@@ -179,9 +192,10 @@ def pick_amp_dtype(device: torch.device, amp: str = "auto", rates: dict[str, flo
                    ) -> torch.dtype | None:
     """The autocast dtype for `device`, or None for float32.
 
-    "auto": bfloat16 on GPUs that compute it natively, float16 (with a gradient scaler) on older GPUs; on a CPU,
-    bfloat16 only where a product measured in it (`rates`, GFLOP/s by dtype; measured by cpu_matmul_rates when
-    None) runs BFLOAT16_MARGIN times faster than in float32. "bfloat16", "float16" and "off" (float32) force one.
+    "auto": bfloat16 on GPUs that compute it natively, float16 (with a gradient scaler) on older
+    GPUs; on a CPU, bfloat16 only where a product measured in it (`rates`, GFLOP/s by dtype;
+    measured by cpu_matmul_rates when None) runs BFLOAT16_MARGIN times faster than in float32.
+    "bfloat16", "float16" and "off" (float32) force one.
     """
     if amp == "off":
         return None
@@ -192,7 +206,8 @@ def pick_amp_dtype(device: torch.device, amp: str = "auto", rates: dict[str, flo
     if device.type == "cpu":  # measured, not read from the flags: a flag is not a speed
         rates = rates if rates is not None else cpu_matmul_rates()
         return torch.bfloat16 if rates["bfloat16"] > BFLOAT16_MARGIN * rates["float32"] else None
-    # including_emulation=False: a T4 can emulate bfloat16, slowly; it should take float16 and a scaler.
+    # including_emulation=False: a T4 can emulate bfloat16, slowly; it should take float16 and a
+    # scaler.
     if torch.cuda.is_bf16_supported(including_emulation=False):
         return torch.bfloat16
     return torch.float16

@@ -64,9 +64,9 @@ def _remove(path: Path) -> None:
 def repair_run_folder(out: Path) -> None:
     """Put right what kills left in a run folder (call it holding the folder's lock).
 
-    Half-written saves (`.*.tmp`) and copies (`*.tmp`) go, a `NAME.old` whose `NAME` exists goes, and the
-    snapshot of an epoch whose end `last/` records, if it is missing (a copy cut off between `last/` and
-    `snapshots/`, or a snapshot deleted), is saved from `last/`.
+    Half-written saves (`.*.tmp`) and copies (`*.tmp`) go, a `NAME.old` whose `NAME` exists goes,
+    and the snapshot of an epoch whose end `last/` records, if it is missing (a copy cut off between
+    `last/` and `snapshots/`, or a snapshot deleted), is saved from `last/`.
     """
     for folder in (out, out / "snapshots"):
         for stale in [*folder.glob(".*.tmp"), *folder.glob("*.tmp"), *folder.glob("*.part")]:
@@ -105,8 +105,8 @@ def _snapshot_from_last(last: Path, info: dict, target: Path) -> None:
 
 # %% ../../../chapters/10a_engineering_the_run.ipynb #10b00010
 def refuse_inside_a_checkpoint(out: Path) -> None:
-    """Refuse a run folder inside a checkpoint folder (RUN/best/inner): the next save of that checkpoint replaces
-    the whole folder, and the inner run with it."""
+    """Refuse a run folder inside a checkpoint folder (RUN/best/inner): the next save of that
+    checkpoint replaces the whole folder, and the inner run with it."""
     for folder in Path(os.path.abspath(out)).parents:
         if (folder / "checkpoint.json").exists():
             raise ValueError(f"{out} is inside the checkpoint folder {folder}, which the next save replaces "
@@ -114,10 +114,11 @@ def refuse_inside_a_checkpoint(out: Path) -> None:
 
 
 def refuse_a_damaged_run_folder(out: Path) -> None:
-    """Refuse a run folder that lost a file its run needs: training there would start afresh and replace best/.
+    """Refuse a run folder that lost a file its run needs: training there would start afresh and
+    replace best/.
 
-    Whole is either a new folder (no last/, no best/, no snapshots/) or one whose last/ (or last.old/, the same
-    checkpoint mid-save) holds checkpoint.json beside the run's tokenizer.json.
+    Whole is either a new folder (no last/, no best/, no snapshots/) or one whose last/ (or
+    last.old/, the same checkpoint mid-save) holds checkpoint.json beside the run's tokenizer.json.
     """
     last = existing(out / "last")
     if last.exists():
@@ -136,12 +137,14 @@ def refuse_a_damaged_run_folder(out: Path) -> None:
 
 @contextmanager
 def hold_run_folder(out: Path) -> Iterator[None]:
-    """Hold an exclusive lock on a run folder while training in it: a second training there fails at once.
+    """Hold an exclusive lock on a run folder while training in it: a second training there fails at
+    once.
 
     The lock file `.lock` holds the trainer's process id; it is opened without following a link.
     """
     refuse_inside_a_checkpoint(out)
-    refuse_a_damaged_run_folder(out)  # before the lock file is written: a refused command changes nothing
+    # before the lock file is written: a refused command changes nothing
+    refuse_a_damaged_run_folder(out)
     with ExitStack() as held:
         try:
             fd = held.enter_context(lock_file(out / ".lock", wait=False))
@@ -179,8 +182,8 @@ MAX_TOKENIZER_BYTES = 256 << 20  # a BPE vocabulary of 37,000 tokens is about 2 
 
 def read_tokenizer(path: Path, expected_sha256: str | None = None,
                    max_bytes: int = MAX_TOKENIZER_BYTES) -> RunTokenizer:
-    """Read tokenizer.json once: hash its bytes, check them against `expected_sha256`, build the tokenizer
-    from them."""
+    """Read tokenizer.json once: hash its bytes, check them against `expected_sha256`, build the
+    tokenizer from them."""
     try:
         raw = read_plain(path, max_bytes, "a tokenizer of this book holds", ChangedDuringRead)
     except FileNotFoundError:
@@ -209,20 +212,24 @@ def run_tokenizer(out: Path, texts: list[str], vocab_size: int) -> RunTokenizer:
         tokenizer = data.train_tokenizer(texts, vocab_size)
         try:
             data.save_tokenizer(tokenizer, file)
-        except Exception as error:  # the tokenizers library raises a bare Exception when the disk is full
+        # the tokenizers library raises a bare Exception when the disk is full
+        except Exception as error:
             _remove(file.with_name(file.name + ".part"))
             raise OSError(f"could not write {file} ({error}); free some space on that disk, or give another "
                           f"output folder") from None
     return read_tokenizer(file)
 
 # %% ../../../chapters/10a_engineering_the_run.ipynb #10b00031
-COPY_EVERY_MINUTES = 20.0  # how often `train` copies its checkpoints to a second place such as Google Drive
+# how often `train` copies its checkpoints to a second place such as Google Drive
+COPY_EVERY_MINUTES = 20.0
 
 
 def copy_run(source: Path, target: Path, names: tuple[str, ...] = ("tokenizer.json", "best", "last")) -> None:
-    """Copy a run's checkpoints and snapshots from `source` to `target` (another disk), each replaced in one rename.
+    """Copy a run's checkpoints and snapshots from `source` to `target` (another disk), each
+    replaced in one rename.
 
-    A crash during the copy leaves the previous copy, or a folder `<name>.old` that load_checkpoint falls back to.
+    A crash during the copy leaves the previous copy, or a folder `<name>.old` that load_checkpoint
+    falls back to.
     """
     target.mkdir(parents=True, exist_ok=True)
     for name in names:
@@ -250,7 +257,8 @@ def _copy_in_one_rename(origin: Path, dest: Path) -> None:
 
 
 def _copy_snapshots(source: Path, target: Path) -> None:
-    """A snapshot never changes once saved: copy those `target` lacks, delete those `source` no longer keeps.
+    """A snapshot never changes once saved: copy those `target` lacks, delete those `source` no
+    longer keeps.
 
     Copying only what is new keeps Google Drive's trash small.
     """

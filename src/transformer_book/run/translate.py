@@ -23,19 +23,22 @@ from .presets import DIRECTIONS, pick_device
 from ..tokens import BOS_ID, EOS_ID, PAD_ID
 
 # %% ../../../chapters/10_training_on_gpu.ipynb #0689cc7c
-MAX_BEAM_SIZE = 64  # validation BLEU stops rising by a beam of 8 (this chapter's exercises): wider only costs
-MAX_HYPOTHESES = 1024  # sentences x beam decoded at once (64 x 16): a wider beam decodes fewer sentences together
+# validation BLEU stops rising by a beam of 8 (this chapter's exercises): wider only costs
+MAX_BEAM_SIZE = 64
+# sentences x beam decoded at once (64 x 16): a wider beam decodes fewer sentences together
+MAX_HYPOTHESES = 1024
 
 
 class Translator:
-    """A trained model with its tokenizer: German sentences in, English sentences out (or, for a run trained
-    with direction "en-de", the other way)."""
+    """A trained model with its tokenizer: German sentences in, English sentences out (or, for a run
+    trained with direction "en-de", the other way)."""
 
     def __init__(
         self, model: Transformer, tokenizer: Tokenizer, device: torch.device | str | None = None,
         batch_size: int = 64, direction: str = "de-en",
     ):
-        # The model by what it has, not its class: a chapter's notebook defines its own copy of the class.
+        # The model by what it has, not its class: a chapter's notebook defines its own copy of the
+        # class.
         is_transformer = (
             isinstance(model, torch.nn.Module)
             and hasattr(model, "config") and hasattr(model, "encoder")
@@ -67,7 +70,8 @@ class Translator:
                 f"{model.config.src_vocab_size}: they come from different runs; use the tokenizer.json saved "
                 f"in the same checkpoint folder"
             )
-        preset = checkpoint.info.get("preset")  # the run's settings, when train() wrote the checkpoint
+        # the run's settings, when train() wrote the checkpoint
+        preset = checkpoint.info.get("preset")
         direction = preset.get("direction", "de-en") if isinstance(preset, dict) else "de-en"
         return cls(model.eval(), tokenizer, device, direction=direction)
 
@@ -89,7 +93,8 @@ class Translator:
     ) -> str | list[str]:
         """Translate one sentence (returns a string) or a list of them (returns a list, same order).
 
-        length_penalty is beam search's alpha (chapter 8; the paper's 0.6): larger values favour longer outputs.
+        length_penalty is beam search's alpha (chapter 8; the paper's 0.6): larger values favour
+        longer outputs.
         """
         if isinstance(sentences, str):
             return self.translate([sentences], beam_size, max_new_tokens, length_penalty)[0]
@@ -98,7 +103,8 @@ class Translator:
                 f"sentences must be a str or a list of str; got {type(sentences).__name__} "
                 f"{sentences!r:.80}; decode bytes first, for example with .decode('utf-8')"
             )
-        widest = min(MAX_BEAM_SIZE, self.tokenizer.get_vocab_size())  # more hypotheses than tokens cannot differ
+        # more hypotheses than tokens cannot differ
+        widest = min(MAX_BEAM_SIZE, self.tokenizer.get_vocab_size())
         check_int("beam_size", beam_size, maximum=widest, hint="1 is greedy decoding; BLEU stops rising by a beam "
                   "of 8, and each hypothesis costs as much memory as a sentence")
         longest = self.model.config.max_len - 1  # positions 0 .. max_len - 1, BOS included
@@ -106,11 +112,13 @@ class Translator:
             raise ValueError(f"max_new_tokens must be between 1 and {longest} for this model; got {max_new_tokens}")
         results = [""] * len(sentences)
         todo = sorted(((i, self._encode(s)) for i, s in enumerate(sentences) if s.strip()), key=lambda t: len(t[1]))
-        per_batch = max(1, min(self.batch_size, MAX_HYPOTHESES // beam_size))  # a wide beam: fewer sentences
+        # a wide beam: fewer sentences
+        per_batch = max(1, min(self.batch_size, MAX_HYPOTHESES // beam_size))
         for start in range(0, len(todo), per_batch):
             chunk = todo[start : start + per_batch]
             src = pad_sequences([torch.tensor(ids) for _, ids in chunk], PAD_ID).to(self.device)  # (B, T_src)
-            # Each sentence's own cap, its length + 50 new tokens: its output never depends on its batch.
+            # Each sentence's own cap, its length + 50 new tokens: its output never depends on its
+            # batch.
             limits = torch.tensor([max_new_tokens or min(len(ids) + 50, longest) for _, ids in chunk])  # (B,)
             limit = int(limits.max())
             if beam_size == 1:
@@ -127,10 +135,11 @@ class Translator:
 def evaluate(
     translator: Translator, pairs: list[tuple[str, str]], beam_size: int = 4, length_penalty: float = 0.6
 ) -> dict:
-    """sacreBLEU of the translations of `pairs` against their raw references, plus the lowercased score.
+    """sacreBLEU of the translations of `pairs` against their raw references, plus the lowercased
+    score.
 
-    Also returns BLEU's brevity penalty (1 when the output is at least as long as the references) and the
-    length ratio output / references that sets it.
+    Also returns BLEU's brevity penalty (1 when the output is at least as long as the references)
+    and the length ratio output / references that sets it.
     """
     start = time.perf_counter()
     hypotheses = translator.translate([src for src, _ in pairs], beam_size=beam_size, length_penalty=length_penalty)
@@ -151,9 +160,11 @@ def evaluate(
 @torch.no_grad()
 def attention_weights(model: Transformer, src: torch.Tensor, tgt_in: torch.Tensor,
                       module_name: str) -> torch.Tensor:
-    """Attention weights (B, H, T_q, T_k) of one attention module, e.g. "decoder.layers.2.cross_attn".
+    """Attention weights (B, H, T_q, T_k) of one attention module, e.g.
+    "decoder.layers.2.cross_attn".
 
-    src (B, T_src) and tgt_in (B, T_tgt) go through the model in eval mode; the model's mode is restored.
+    src (B, T_src) and tgt_in (B, T_tgt) go through the model in eval mode; the model's mode is
+    restored.
     """
     module = model.get_submodule(module_name)
     captured = {}
