@@ -811,3 +811,14 @@ def test_sigterm_during_a_download_goes_on_to_a_handler_that_returns(tmp_path, m
     finally:
         signal.signal(signal.SIGTERM, previous)
     assert noted == [signal.SIGTERM] and list(tmp_path.iterdir()) == []
+
+
+def test_special_tokens_typed_in_text_never_become_control_ids():
+    # before: '</s>' and '<pad>' inside a sentence were encoded as EOS and PAD, cutting or masking the source
+    tokenizer = data.train_tokenizer(["ein hund läuft", "a dog runs", "<x> / s"] * 40, vocab_size=60)
+    typed = "ein </s> hund <pad> läuft <s>"
+    controls = {PAD_ID, BOS_ID, EOS_ID}
+    assert not controls & set(data.encode(tokenizer, typed))
+    ((src, tgt),) = data.encode_pairs([(typed, typed)], tokenizer)
+    assert not controls & set(src[:-1]) and not controls & set(tgt[1:-1])  # only the EOS and BOS the book adds
+    assert data.decode(tokenizer, data.encode(tokenizer, "</s>")) != ""  # kept as the characters typed

@@ -110,6 +110,7 @@ def encode(tokenizer: Tokenizer, sentence: str) -> list[int]:
     """The token ids of one sentence, without BOS or EOS."""
     if not isinstance(sentence, str):
         raise TypeError(f"sentence must be a str; got {type(sentence).__name__}")
+    tokenizer.encode_special_tokens = True  # "</s>" or "<pad>" typed in a sentence stays text, never a control id
     return tokenizer.encode(sentence).ids
 
 
@@ -164,6 +165,7 @@ def encode_pairs(
     for i, pair in enumerate(pairs):
         if not (isinstance(pair, tuple | list) and len(pair) == 2 and all(isinstance(s, str) for s in pair)):
             raise TypeError(f"pairs[{i}] must be a (source, target) pair of str; got {pair!r:.80}")
+    tokenizer.encode_special_tokens = True  # as in encode: text never becomes a control id
     src_encodings = tokenizer.encode_batch([src for src, _ in pairs])
     tgt_encodings = tokenizer.encode_batch([tgt for _, tgt in pairs])
     examples = []
