@@ -5,6 +5,9 @@ implementations pass; implementations that return their input, zeros or random v
 or returns the wrong type or shape, gets one clear line in the report and a False result, never a traceback.
 """
 
+import collections
+import contextlib
+import io
 import json
 import re
 from pathlib import Path
@@ -17,7 +20,7 @@ from torch import nn
 
 from transformer_book.attention import scaled_dot_product_attention
 from transformer_book.decoding import beam_search, corpus_bleu, greedy_decode
-from transformer_book.efficient import blockwise_attention
+from transformer_book.efficient import GroupedQueryAttention, blockwise_attention, window_mask
 from transformer_book.exercises import (
     CONVENTIONS_BY_CHECK,
     MISTAKES_BY_CHECK,
@@ -31,15 +34,56 @@ from transformer_book.exercises import (
     check_padding_mask,
 )
 from transformer_book.exercises.framework import NOT_WRITTEN, compare
+from transformer_book.exercises.generation import next_token_probs
 from transformer_book.layers import RMSNorm
 from transformer_book.masking import causal_mask, padding_mask
 from transformer_book.model import EncoderLayer, layer_norm
 from transformer_book.multihead import MultiHeadAttention
+from transformer_book.optim import AdamW, cosine_rate
 from transformer_book.positional import apply_rotary, sinusoidal_encoding
 from transformer_book.tokens import BOS_ID
 from transformer_book.training import LabelSmoothingLoss, noam_rate
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def chapter_function(notebook: str, cell_id: str, name: str):
+    """A function as a chapter's (unexported) cell defines it, run from the notebook's own source."""
+    cells = json.loads((REPO_ROOT / "chapters" / notebook).read_text(encoding="utf-8"))["cells"]
+    source = "".join(next(c for c in cells if c["id"] == cell_id)["source"])
+    namespace = {"collections": collections}
+    with contextlib.redirect_stdout(io.StringIO()):
+        exec(compile(source, f"{notebook}:{cell_id}", "exec"), namespace)
+    return namespace[name]
+
+
+# Chapter 9 writes byte-pair encoding out in a cell it does not export.
+learn_merges = chapter_function("09_translation_data.ipynb", "2603701d", "learn_merges")
+
+
+class OptimizerFrom:
+    """An optimizer whose parameters, after each step, are `compute((initial parameters, gradients so far,
+    settings))`'s last row: a known mistake's trajectories, one step at a time."""
+
+    compute = None
+
+    def __init__(self, params, **settings):
+        self.params, self.settings = list(params), settings
+        self.initial, self.grads = [p.detach().clone() for p in self.params], [[] for _ in self.params]
+
+    @torch.no_grad()
+    def step(self):
+        for seen, p in zip(self.grads, self.params):
+            seen.append(p.grad.clone())
+        after = type(self).compute((tuple(self.initial), tuple(map(tuple, self.grads)), self.settings))
+        for p, trajectory in zip(self.params, after):
+            p.copy_(trajectory[-1])
+
+
+def merges_from(written):
+    """A merges list from the way the BPE check writes it ('H+a, Ha+u'; merged symbols 'Ha, Hau')."""
+    items = written.split(", ") if written else []
+    return [tuple(item.split("+")) if "+" in item else item for item in items]
 
 
 class SmoothingFrom:
@@ -63,6 +107,12 @@ def reader(check: str, compute):
         return type("Layer", (MultiHeadAttention,), {"forward": lambda self, q, k, v, mask=None: compute(self, q, k, v, mask)})
     if check == "check_encoder_layer":
         return type("Layer", (EncoderLayer,), {"forward": lambda self, x, src_mask=None: compute(self, x, src_mask)})
+    if check == "check_grouped_query_attention":
+        return type(
+            "Layer", (GroupedQueryAttention,), {"forward": lambda self, q, k, v, mask=None: compute(self, q, k, v, mask)}
+        )
+    if check == "check_adamw":
+        return type("Optimizer", (OptimizerFrom,), {"compute": staticmethod(compute)})
     if check == "check_rms_norm":
         return type("Norm", (RMSNorm,), {"forward": lambda self, x: compute(self, x)})
     if check == "check_label_smoothing":
@@ -96,6 +146,12 @@ def with_mistake(check: str, output, way: int):
         "check_blockwise_attention": lambda q, k, v, causal=False, block_size=4: chosen(
             output((q, k, v, causal, block_size))
         ),
+        "check_bpe_merges": lambda word_counts, n: merges_from(chosen(output((word_counts, n)))),
+        "check_sampling": lambda logits, temperature, top_k: chosen(output((logits, temperature, top_k))),
+        "check_adamw": lambda inputs: chosen(output(inputs)),
+        "check_cosine_schedule": lambda step, w, t, r: float(chosen(output((w, t, r, (step,))))[0]),
+        "check_sliding_window_mask": lambda length, window, causal: chosen(output((length, window, causal))),
+        "check_grouped_query_attention": lambda self, q, k, v, mask: chosen(output((self, q, k, v, mask))),
     }
     return reader(check, adapters[check])
 
@@ -117,8 +173,17 @@ BOOK = {
     "check_rotary": apply_rotary,
     "check_rms_norm": RMSNorm,
     "check_blockwise_attention": blockwise_attention,
+    "check_bpe_merges": learn_merges,
+    "check_sampling": next_token_probs,
+    "check_adamw": AdamW,
+    "check_cosine_schedule": cosine_rate,
+    "check_sliding_window_mask": window_mask,
+    "check_grouped_query_attention": GroupedQueryAttention,
 }
-CLASS_CHECKS = {"check_multi_head_attention", "check_encoder_layer", "check_rms_norm", "check_label_smoothing"}
+CLASS_CHECKS = {
+    "check_multi_head_attention", "check_encoder_layer", "check_rms_norm", "check_label_smoothing",
+    "check_grouped_query_attention", "check_adamw",
+}
 CHECKS = list(MISTAKES_BY_CHECK)
 
 
@@ -157,7 +222,9 @@ MISTAKE_CASES = [
 
 def test_the_table_holds_enough_mistakes():
     counts = {check: len(mistakes) for check, (_, mistakes) in MISTAKES_BY_CHECK.items()}
-    assert len(counts) == 16 and min(counts.values()) >= 3 and sum(counts.values()) >= 40, counts
+    assert len(counts) == 22 and min(counts.values()) >= 3 and sum(counts.values()) >= 120, counts
+    new_checks = ("bpe_merges", "sampling", "adamw", "cosine_schedule", "sliding_window_mask", "grouped_query_attention")
+    assert all(counts[f"check_{name}"] >= 4 for name in new_checks), counts  # issue 50, item 7
     for _, mistakes in MISTAKES_BY_CHECK.values():
         assert len({m.name for m in mistakes}) == len(mistakes), "two mistakes of one check share a name"
 
@@ -220,6 +287,15 @@ def _degenerate(check: str, kind: str):
         return torch.randn(book_output.shape, generator=generator, dtype=book_output.dtype)
 
     book = BOOK[check]
+    if check == "check_adamw":  # an optimizer that leaves the parameters, zeroes them or draws them at random
+
+        class Degenerate(OptimizerFrom):
+            @torch.no_grad()
+            def step(self):
+                for p in self.params:
+                    p.copy_(replace(p.clone(), p) if kind != "input" else p)
+
+        return Degenerate
     if check in CLASS_CHECKS:
         if check == "check_label_smoothing":
             return type("Loss", (book,), {"forward": lambda self, logits, t: replace(book.forward(self, logits, t), logits)})
@@ -243,6 +319,9 @@ class Stub(nn.Module):
     def forward(self, *args, **kwargs):
         raise NotImplementedError
 
+    def step(self):  # an optimizer's stub
+        raise NotImplementedError
+
 
 def stub(*args, **kwargs):
     raise NotImplementedError
@@ -259,7 +338,7 @@ def test_code_that_raises_gets_one_line_not_a_traceback(check):
     def broken(*args, **kwargs):
         raise KeyError("the reader's own bug")
 
-    implementation = type("Broken", (Stub,), {"forward": broken}) if check in CLASS_CHECKS else broken
+    implementation = type("Broken", (Stub,), {"forward": broken, "step": broken}) if check in CLASS_CHECKS else broken
     result = run(check, implementation)
     assert not result
     assert "raised KeyError: \"the reader's own bug\"" in str(result), str(result)

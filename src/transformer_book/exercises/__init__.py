@@ -2,21 +2,26 @@
 """Every check a reader can run on their own code, one module per topic (the appendix after chapter 12)."""
 
 # %% auto #0
-__all__ = ['MISTAKES_BY_CHECK', 'CONVENTIONS_BY_CHECK', 'CheckResult', 'check_attention', 'check_multi_head_attention', 'check_positional_encoding', 'check_padding_mask', 'check_causal_mask', 'check_shift_right', 'check_layer_norm', 'check_encoder_layer', 'check_label_smoothing', 'check_warmup_schedule', 'check_greedy_decode', 'check_beam_search', 'check_bleu', 'check_rotary', 'check_rms_norm', 'check_blockwise_attention']
+__all__ = ['MISTAKES_BY_CHECK', 'CONVENTIONS_BY_CHECK', 'CheckResult', 'check_attention', 'check_multi_head_attention', 'check_positional_encoding', 'check_padding_mask', 'check_causal_mask', 'check_shift_right', 'check_layer_norm', 'check_encoder_layer', 'check_label_smoothing', 'check_warmup_schedule', 'check_greedy_decode', 'check_beam_search', 'check_bleu', 'check_bpe_merges', 'check_rotary', 'check_rms_norm', 'check_sampling', 'check_adamw', 'check_cosine_schedule', 'check_blockwise_attention', 'check_sliding_window_mask', 'check_grouped_query_attention']
 
 # %% ../../../chapters/13_check_your_code.ipynb #ad4e3ed1
 from .attention import ATTENTION_CONVENTIONS, ATTENTION_MISTAKES, BLOCKWISE_MISTAKES
 from .attention import check_attention, check_blockwise_attention
 from .bleu import BLEU_MISTAKES, check_bleu
+from .bpe import BPE_MISTAKES, check_bpe_merges
 from .decoding import BEAM_MISTAKES, GREEDY_MISTAKES, check_beam_search
 from .decoding import GREEDY_CONVENTIONS, check_greedy_decode
 from .framework import CheckResult
+from .generation import SAMPLING_MISTAKES, check_sampling
 from .layers import ENCODER_MISTAKES, LAYER_NORM_MISTAKES, RMS_MISTAKES
 from .layers import check_encoder_layer, check_layer_norm, check_rms_norm
+from .longseq import GQA_MISTAKES, WINDOW_CONVENTIONS, WINDOW_MISTAKES
+from .longseq import check_grouped_query_attention, check_sliding_window_mask
 from .masking import CAUSAL_MISTAKES, PADDING_MISTAKES, SHIFT_MISTAKES
 from .masking import check_causal_mask, check_padding_mask
 from .masking import CAUSAL_CONVENTIONS, PADDING_CONVENTIONS, check_shift_right
 from .multihead import MHA_MISTAKES, check_multi_head_attention
+from .optim import ADAMW_MISTAKES, COSINE_MISTAKES, check_adamw, check_cosine_schedule
 from .positional import ENCODING_MISTAKES, ROTARY_MISTAKES
 from .positional import check_positional_encoding, check_rotary
 from .training import SCHEDULE_MISTAKES, SMOOTHING_MISTAKES
@@ -38,23 +43,32 @@ MISTAKES_BY_CHECK = {
     "check_greedy_decode": (check_greedy_decode, GREEDY_MISTAKES),
     "check_beam_search": (check_beam_search, BEAM_MISTAKES),
     "check_bleu": (check_bleu, BLEU_MISTAKES),
+    "check_bpe_merges": (check_bpe_merges, BPE_MISTAKES),
     "check_rotary": (check_rotary, ROTARY_MISTAKES),
     "check_rms_norm": (check_rms_norm, RMS_MISTAKES),
+    "check_sampling": (check_sampling, SAMPLING_MISTAKES),
+    "check_adamw": (check_adamw, ADAMW_MISTAKES),
+    "check_cosine_schedule": (check_cosine_schedule, COSINE_MISTAKES),
     "check_blockwise_attention": (check_blockwise_attention, BLOCKWISE_MISTAKES),
+    "check_sliding_window_mask": (check_sliding_window_mask, WINDOW_MISTAKES),
+    "check_grouped_query_attention": (check_grouped_query_attention, GQA_MISTAKES),
 }
-# The other conventions each check knows (the Annotated Transformer's, PyTorch's): named, never
-# taken for mistakes.
+# The other conventions each check knows (the Annotated Transformer's, PyTorch's, Mistral's): named,
+# never taken for mistakes.
 CONVENTIONS_BY_CHECK = {
     "check_attention": ATTENTION_CONVENTIONS,
     "check_padding_mask": PADDING_CONVENTIONS,
     "check_causal_mask": CAUSAL_CONVENTIONS,
     "check_label_smoothing": SMOOTHING_CONVENTIONS,
     "check_greedy_decode": GREEDY_CONVENTIONS,
+    "check_sliding_window_mask": WINDOW_CONVENTIONS,
 }
 _all_ = [  # what `from transformer_book.exercises import *` and the documentation list
     "CheckResult",
     "check_attention", "check_multi_head_attention", "check_positional_encoding", "check_padding_mask",
     "check_causal_mask", "check_shift_right", "check_layer_norm", "check_encoder_layer",
     "check_label_smoothing", "check_warmup_schedule", "check_greedy_decode", "check_beam_search",
-    "check_bleu", "check_rotary", "check_rms_norm", "check_blockwise_attention",
+    "check_bleu", "check_bpe_merges", "check_rotary", "check_rms_norm", "check_sampling", "check_adamw",
+    "check_cosine_schedule", "check_blockwise_attention", "check_sliding_window_mask",
+    "check_grouped_query_attention",
 ]

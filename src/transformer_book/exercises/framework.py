@@ -187,6 +187,12 @@ def compare(actual: Any, expected: Any, tolerance: float) -> tuple[bool, str]:
         )
     if isinstance(expected, Tensor):
         return _compare_tensor(actual, expected, tolerance)
+    if isinstance(expected, str):  # text, such as BPE merges written out: equal or not
+        if actual == expected:
+            return True, "identical"
+        if not isinstance(actual, str):
+            return False, f"returned {describe(actual)}"
+        return False, f"{actual}; expected {expected}"
     number = _as_number(actual)
     if number is None:
         return False, f"returned {describe(actual)}; expected a number"
@@ -214,6 +220,8 @@ def same(actual: Any, wrong: Any, tolerance: float = MATCH_TOLERANCE) -> bool:
             float(finite.abs().max()) if finite.numel() else 1.0
         )  # absolute tolerance relative to the values
         return torch.allclose(actual, wrong, rtol=tolerance, atol=tolerance * scale, equal_nan=True)
+    if isinstance(wrong, str):
+        return actual == wrong
     a, w = _as_number(actual), _as_number(wrong)
     if a is None or w is None:
         return False

@@ -29,10 +29,12 @@ def smoothing_variant(
     skip_padding: bool = True,
     denominator: str = "kept",
     kl: bool = False,
+    log_probs: bool = True,
 ) -> Tensor:
     """The label-smoothed cross-entropy with one thing changed (the defaults give the book's result)."""
     logits, target, eps, pad = inputs
-    log_p = F.log_softmax(logits.double(), dim=-1)  # (N, K)
+    # (N, K); KLDivLoss fed the logits themselves takes them for log-probabilities
+    log_p = F.log_softmax(logits.double(), dim=-1) if log_probs else logits.double()
     num_classes = logits.size(-1)
     q = torch.full_like(log_p, eps / num_classes if spread == "K" else eps / (num_classes - 1))
     if spread == "K-2 (no padding class)":
@@ -48,7 +50,10 @@ def smoothing_variant(
         )  # minus the entropy of q: KL(q || p)
     keep = target != pad if skip_padding else torch.ones_like(target, dtype=torch.bool)
     total = per_token[keep].sum()
-    return {"kept": total / keep.sum(), "all": total / len(target), "sum": total}[denominator].float()
+    # KLDivLoss's reductions: "sum", "batchmean" (all positions), "mean" (every entry of (N, K))
+    return {"kept": total / keep.sum(), "all": total / len(target), "sum": total, "entries": total / q.numel()}[
+        denominator
+    ].float()
 
 
 def _smoothing(**changes: Any) -> Callable[[tuple], Tensor]:
@@ -98,19 +103,56 @@ SMOOTHING_MISTAKES = [
         _LOSS,
         _smoothing(kl=True),
     ),
+    Mistake(
+        "KLDivLoss is given the logits, not log-probabilities",
+        "KLDivLoss(input, target) expects input = log p: pass logits.log_softmax(dim=-1) (the "
+        "Annotated Transformer's generator returns log-probabilities already).",
+        _LOSS,
+        lambda inputs: [
+            smoothing_variant(inputs, spread=spread, kl=True, log_probs=False, denominator=mean)
+            for spread in ("K", "K-2 (no padding class)")
+            for mean in ("sum", "kept")
+        ],
+    ),
 ]
+
+def _smoothing_inputs() -> dict[str, tuple]:
+    logits, target = random_tensor(70, 8, 6, scale=2.0), torch.tensor([1, 2, 0, 5, 3, 0, 4, 4])
+    return {
+        "logits (N, vocab_size) = (8, 6), smoothing 0.1, pad id 0": (logits, target, 0.1, 0),
+        "smoothing 0.3, pad id 4": (logits, target, 0.3, 4),
+    }
+
+
+def _annotated_numbers() -> str:
+    """The two conventions' numbers on the check's first case, as the report states them."""
+    inputs = next(iter(_smoothing_inputs().values()))
+    k, eps = inputs[0].size(-1), inputs[2]
+    summed, per_token = (
+        float(smoothing_variant(inputs, spread="K-2 (no padding class)", kl=True, denominator=mean))
+        for mean in ("sum", "kept")
+    )
+    return (
+        f"On the first case (K = {k} classes, smoothing {eps}), your q puts {eps} / {k - 2} = "
+        f"{eps / (k - 2):.4g} on each class other than the target and padding, {1 - eps:.4g} on the "
+        f"target and 0 on padding, where the book puts {eps} / {k} = {eps / k:.4g} on every class "
+        f"({1 - eps + eps / k:.4g} on the target); that loss is {summed:.3f} summed over the tokens "
+        f"and {per_token:.3f} per token, the book's {float(smoothing_variant(inputs)):.3f}."
+    )
+
 
 SMOOTHING_CONVENTIONS = [
     Convention(
         "the Annotated Transformer's label smoothing (KLDivLoss, smoothing / (K - 2))",
         "it spreads smoothing / (K - 2) over the classes other than the target and padding, and "
         "returns KL(q || p), the cross-entropy minus the entropy of q (summed over the tokens, or "
-        "divided by their number). The book's loss gives smoothing / K to every class and returns "
-        "the mean cross-entropy, as F.cross_entropy(logits, target, label_smoothing=..., "
-        "ignore_index=...) does. Both train alike; the numbers differ.",
+        "divided by their number, by all positions or by every entry, as KLDivLoss's reductions "
+        "do). The book's loss gives smoothing / K to every class and returns the mean "
+        "cross-entropy, as F.cross_entropy(logits, target, label_smoothing=..., ignore_index=...) "
+        "does. Both train alike; the numbers differ. " + _annotated_numbers(),
         lambda inputs: [
             smoothing_variant(inputs, spread="K-2 (no padding class)", kl=True, denominator=mean)
-            for mean in ("sum", "kept")
+            for mean in ("sum", "kept", "all", "entries")
         ],
     ),
 ]
@@ -126,12 +168,9 @@ def check_label_smoothing(loss_class: Callable, verbose: bool = True) -> CheckRe
     over non-padding positions of the cross-entropy against q = (1 - smoothing) one_hot(y) +
     smoothing / vocab_size.
     """
-    logits, target = random_tensor(70, 8, 6, scale=2.0), torch.tensor([1, 2, 0, 5, 3, 0, 4, 4])
-    inputs = {
-        "logits (N, vocab_size) = (8, 6), smoothing 0.1, pad id 0": (logits, target, 0.1, 0),
-        "smoothing 0.3, pad id 4": (logits, target, 0.3, 4),
-    }
-    cases = [Case(label, x, LabelSmoothingLoss(x[2], x[3])(x[0], x[1])) for label, x in inputs.items()]
+    cases = [
+        Case(label, x, LabelSmoothingLoss(x[2], x[3])(x[0], x[1])) for label, x in _smoothing_inputs().items()
+    ]
 
     def run(inputs: tuple) -> Any:
         logits, target, eps, pad = inputs
