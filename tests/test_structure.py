@@ -147,7 +147,7 @@ STILL_TO_WRAP = {
     "multihead": 10,
     "optim": 10,
     "recurrent": 37,
-    "run.checkpoint": 50,
+    "run.checkpoint": 49,
     "run.cli": 67,
     "run.loop": 46,
     "run.safefiles": 20,

@@ -178,7 +178,7 @@ def save_checkpoint(
         finally:
             shutil.rmtree(tmp, ignore_errors=True)  # gone already when the save succeeded
 
-
+# %% ../../../chapters/10a_engineering_the_run.ipynb #a1f0c005
 def random_state(device: torch.device | str) -> dict[str, torch.Tensor]:
     """This process's random-number generators: the CPU's (dropout on the CPU draws from it), and a GPU's."""
     state = {"rng_state": torch.get_rng_state()}
@@ -328,7 +328,7 @@ def _config(path: Path, info: dict) -> TransformerConfig:
         )
     return config
 
-
+# %% ../../../chapters/10a_engineering_the_run.ipynb #a1f0c006
 def load_optimizer_state(optimizer: torch.optim.Optimizer, path: str | Path, device: torch.device | str,
                          rank: int = 0, world_size: int = 1) -> int:
     """Restore Adam's state saved in the checkpoint folder `path`, and process `rank`'s
@@ -367,17 +367,9 @@ def _restore_generators(tensors: dict[str, torch.Tensor], rank: int, world_size:
             torch.cuda.set_rng_state(cuda[rank].clone(), torch.device(device))
     return len(cpu)
 
-# %% ../../../chapters/10a_engineering_the_run.ipynb #10b00027
-def average_checkpoints(paths: list[str | Path], device: torch.device | str = "cpu") -> tuple[Transformer,
-                                                                                              Checkpoint]:
-    """One model whose every weight is the mean of that weight in several checkpoints of one run.
-
-    Returns (model, the last checkpoint's Checkpoint, with `averaged` naming the folders).
-    """
-    paths = [Path(p) for p in paths]
-    if not paths:
-        raise ValueError("average_checkpoints needs at least one checkpoint folder; got none")
-    models, saved = zip(*(load_checkpoint(p, device) for p in paths))
+# %% ../../../chapters/10a_engineering_the_run.ipynb #a1f0c016
+def _check_one_run(paths: list[Path], saved: tuple[Checkpoint, ...]) -> None:
+    """Refuse checkpoints of more than one run (another configuration, tokenizer or preset)."""
     first_preset = saved[0].info.get("preset") or {}
     for path, checkpoint in zip(paths[1:], saved[1:]):
         if checkpoint.config != saved[0].config or checkpoint.tokenizer_sha256 != saved[0].tokenizer_sha256:
@@ -393,10 +385,24 @@ def average_checkpoints(paths: list[str | Path], device: torch.device | str = "c
                 f"{path} comes from another run than {paths[0]} (their presets differ in {', '.join(differ)}); "
                 f"average only checkpoints of one run (for example its snapshots/ folder)"
             )
+
+# %% ../../../chapters/10a_engineering_the_run.ipynb #10b00027
+def average_checkpoints(paths: list[str | Path], device: torch.device | str = "cpu") -> tuple[Transformer,
+                                                                                              Checkpoint]:
+    """One model whose every weight is the mean of that weight in several checkpoints of one run.
+
+    Returns (model, the last checkpoint's Checkpoint, with `averaged` naming the folders).
+    """
+    paths = [Path(p) for p in paths]
+    if not paths:
+        raise ValueError("average_checkpoints needs at least one checkpoint folder; got none")
+    models, saved = zip(*(load_checkpoint(p, device) for p in paths))
+    _check_one_run(paths, saved)
     states = [m.state_dict() for m in models]
     mean = {
         name: torch.stack([s[name].double() for s in states]).mean(0).to(states[0][name].dtype)
         for name in states[0]
     }
     models[-1].load_state_dict(mean)
-    return models[-1], Checkpoint(saved[-1].path, saved[-1].info, saved[-1].tokenizer, tuple(str(p) for p in paths))
+    averaged = tuple(str(p) for p in paths)
+    return models[-1], Checkpoint(saved[-1].path, saved[-1].info, saved[-1].tokenizer, averaged)

@@ -52,7 +52,7 @@ class ShardedLoss(nn.Module):
         dist.all_reduce(batch_tokens)  # N_batch: the target tokens of all the shards
         return self.loss_fn(logits, target) * tokens * dist.get_world_size() / batch_tokens.clamp(min=1)
 
-
+# %% ../../../chapters/10a_engineering_the_run.ipynb #a1f0c018
 # torchrun starts every process at once: a partner this late never comes
 JOIN_TIMEOUT = timedelta(minutes=5)
 
