@@ -23,6 +23,17 @@ from .masking import Batch, make_batch, pad_sequences
 from .multi30k import DataError, download_multi30k
 from .tokens import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, UNK_ID  # chapter 2's
 
+# %% ../../chapters/09_translation_data.ipynb #c3a91e07
+def _check_load_arguments(split: str, src_lang: str, tgt_lang: str) -> None:
+    """load_multi30k's arguments: a split it knows, and two different languages of Multi30k."""
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {list(SPLITS)}; got {split!r}")
+    for arg, lang in (("src_lang", src_lang), ("tgt_lang", tgt_lang)):
+        if lang not in LANGUAGES:
+            raise ValueError(f"{arg} must be one of {list(LANGUAGES)}; got {lang!r}")
+    if src_lang == tgt_lang:
+        raise ValueError(f"src_lang and tgt_lang must differ; both are {src_lang!r}")
+
 # %% ../../chapters/09_translation_data.ipynb #97ba54c3
 SPLITS = {"train": "train", "val": "val", "test2016": "test_2016_flickr"}  # split -> file stem
 LANGUAGES = ("de", "en")
@@ -45,13 +56,7 @@ def load_multi30k(
     is set, they are read from its folder and `root` is not used; otherwise from <root>/multi30k/
     (root defaulting to ~/.cache/transformer_book), downloaded there when missing.
     """
-    if split not in SPLITS:
-        raise ValueError(f"split must be one of {list(SPLITS)}; got {split!r}")
-    for arg, lang in (("src_lang", src_lang), ("tgt_lang", tgt_lang)):
-        if lang not in LANGUAGES:
-            raise ValueError(f"{arg} must be one of {list(LANGUAGES)}; got {lang!r}")
-    if src_lang == tgt_lang:
-        raise ValueError(f"src_lang and tgt_lang must differ; both are {src_lang!r}")
+    _check_load_arguments(split, src_lang, tgt_lang)
     folder = download_multi30k(root)
     src = _read_lines(folder / f"{SPLITS[split]}.{src_lang}.gz")
     tgt = _read_lines(folder / f"{SPLITS[split]}.{tgt_lang}.gz")
@@ -83,16 +88,22 @@ def _check_special_ids(tokenizer: Tokenizer, where: str) -> None:
                 "train a new tokenizer with train_tokenizer()"
             )
 
-# %% ../../chapters/09_translation_data.ipynb #33ff4465
-def train_tokenizer(sentences: Iterable[str], vocab_size: int = 8000) -> Tokenizer:
-    """A joint byte-pair-encoding tokenizer with vocab_size entries, the four special tokens at ids 0-3."""
-    check_int("vocab_size", vocab_size, minimum=len(SPECIAL_TOKENS) + 1)
+
+def _checked_sentences(sentences: Iterable[str]) -> list[str]:
+    """train_tokenizer's sentences as a list: at least one, each a str."""
     sentences = list(sentences)
     if not sentences:
         raise ValueError("sentences is empty: pass a non-empty iterable of str, for example the training split")
     for i, sentence in enumerate(sentences):
         if not isinstance(sentence, str):
             raise TypeError(f"sentences[{i}] must be a str; got {sentence!r:.80} of type {type(sentence).__name__}")
+    return sentences
+
+# %% ../../chapters/09_translation_data.ipynb #33ff4465
+def train_tokenizer(sentences: Iterable[str], vocab_size: int = 8000) -> Tokenizer:
+    """A joint byte-pair-encoding tokenizer with vocab_size entries, the four special tokens at ids 0-3."""
+    check_int("vocab_size", vocab_size, minimum=len(SPECIAL_TOKENS) + 1)
+    sentences = _checked_sentences(sentences)
     tokenizer = Tokenizer(models.BPE(unk_token=SPECIAL_TOKENS[UNK_ID]))
     tokenizer.normalizer = normalizers.Sequence(
         [normalizers.NFKC(), normalizers.Replace(Regex(_WHITESPACE_RUN), " "), normalizers.Strip()]
@@ -105,6 +116,18 @@ def train_tokenizer(sentences: Iterable[str], vocab_size: int = 8000) -> Tokeniz
     _check_special_ids(tokenizer, "the trained tokenizer")
     return tokenizer
 
+# %% ../../chapters/09_translation_data.ipynb #5d8e20b4
+def _checked_ids(tokenizer: Tokenizer, ids: Sequence[int] | torch.Tensor) -> list[int]:
+    """decode's ids as a list, each a token id of this tokenizer (a 1-D tensor is accepted)."""
+    if isinstance(ids, torch.Tensor):
+        if ids.dim() != 1:
+            raise ValueError(f"ids must be a 1-D tensor (T,); got shape {tuple(ids.shape)}")
+        ids = ids.tolist()
+    ids, size = list(ids), tokenizer.get_vocab_size()
+    for i, token in enumerate(ids):
+        check_int(f"ids[{i}]", token, minimum=0, maximum=size - 1, hint="decode ids its model produced")
+    return ids
+
 # %% ../../chapters/09_translation_data.ipynb #2a8461e0
 def encode(tokenizer: Tokenizer, sentence: str) -> list[int]:
     """The token ids of one sentence, without BOS or EOS."""
@@ -116,14 +139,20 @@ def encode(tokenizer: Tokenizer, sentence: str) -> list[int]:
 
 def decode(tokenizer: Tokenizer, ids: Sequence[int] | torch.Tensor) -> str:
     """The text of a list (or 1-D tensor) of ids; PAD, BOS, EOS and UNK are left out."""
-    if isinstance(ids, torch.Tensor):
-        if ids.dim() != 1:
-            raise ValueError(f"ids must be a 1-D tensor (T,); got shape {tuple(ids.shape)}")
-        ids = ids.tolist()
-    ids, size = list(ids), tokenizer.get_vocab_size()
-    for i, token in enumerate(ids):  # a token id of this tokenizer
-        check_int(f"ids[{i}]", token, minimum=0, maximum=size - 1, hint="decode ids its model produced")
-    return tokenizer.decode(ids, skip_special_tokens=True)
+    return tokenizer.decode(_checked_ids(tokenizer, ids), skip_special_tokens=True)
+
+# %% ../../chapters/09_translation_data.ipynb #2c7b51f8
+def _read_tokenizer_file(path: Path) -> Tokenizer:
+    """The tokenizer in a JSON file, or an error that says what the file is not."""
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"no tokenizer file at {path}; train one with train_tokenizer() and save it with save_tokenizer()"
+        )
+    try:
+        tokenizer = Tokenizer.from_file(str(path))
+    except Exception as err:  # the library raises a bare Exception for a malformed file
+        raise ValueError(f"{path} is not a tokenizer JSON file written by save_tokenizer(): {err}") from err
+    return tokenizer
 
 # %% ../../chapters/09_translation_data.ipynb #01473617
 def save_tokenizer(tokenizer: Tokenizer, path: str | Path) -> Path:
@@ -138,17 +167,18 @@ def save_tokenizer(tokenizer: Tokenizer, path: str | Path) -> Path:
 
 def load_tokenizer(path: str | Path) -> Tokenizer:
     """Read a tokenizer written by save_tokenizer, checking that its special ids are the book's."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"no tokenizer file at {path}; train one with train_tokenizer() and save it with save_tokenizer()"
-        )
-    try:
-        tokenizer = Tokenizer.from_file(str(path))
-    except Exception as err:  # the library raises a bare Exception for a malformed file
-        raise ValueError(f"{path} is not a tokenizer JSON file written by save_tokenizer(): {err}") from err
+    tokenizer = _read_tokenizer_file(Path(path))
     _check_special_ids(tokenizer, str(path))
     return tokenizer
+
+# %% ../../chapters/09_translation_data.ipynb #e41f6c2a
+def _check_pairs(pairs: Sequence[tuple[str, str]], max_len: int | None) -> None:
+    """encode_pairs' arguments: pairs of two str each, and max_len None or an int of at least 2."""
+    if max_len is not None:
+        check_int("max_len", max_len, minimum=2)  # or None: keep every pair
+    for i, pair in enumerate(pairs):
+        if not (isinstance(pair, tuple | list) and len(pair) == 2 and all(isinstance(s, str) for s in pair)):
+            raise TypeError(f"pairs[{i}] must be a (source, target) pair of str; got {pair!r:.80}")
 
 # %% ../../chapters/09_translation_data.ipynb #a1919921
 def encode_pairs(
@@ -160,11 +190,7 @@ def encode_pairs(
     A pair is dropped when its source (with EOS) or its target positions (BOS ... or ... EOS, one
     less than the full target) exceed max_len. Nothing is truncated.
     """
-    if max_len is not None:
-        check_int("max_len", max_len, minimum=2)  # or None: keep every pair
-    for i, pair in enumerate(pairs):
-        if not (isinstance(pair, tuple | list) and len(pair) == 2 and all(isinstance(s, str) for s in pair)):
-            raise TypeError(f"pairs[{i}] must be a (source, target) pair of str; got {pair!r:.80}")
+    _check_pairs(pairs, max_len)
     tokenizer.encode_special_tokens = True  # as in encode: text never becomes a control id
     src_encodings = tokenizer.encode_batch([src for src, _ in pairs])
     tgt_encodings = tokenizer.encode_batch([tgt for _, tgt in pairs])
@@ -175,6 +201,19 @@ def encode_pairs(
         if max_len is None or max(len(src), len(tgt) - 1) <= max_len:
             examples.append((src, tgt))
     return examples
+
+# %% ../../chapters/09_translation_data.ipynb #7a0d93c5
+def _check_budget(sizes: Sequence[int], max_tokens: int, pool_size: int) -> None:
+    """token_buckets' arguments: at least one example, and a budget that fits the longest."""
+    check_int("max_tokens", max_tokens)
+    check_int("pool_size", pool_size)
+    if len(sizes) == 0:
+        raise ValueError("there are no examples to batch")
+    if max(sizes) > max_tokens:
+        raise ValueError(
+            f"max_tokens={max_tokens} is smaller than the longest example ({max(sizes)} positions); "
+            "raise max_tokens or drop long pairs with encode_pairs(..., max_len=...)"
+        )
 
 # %% ../../chapters/09_translation_data.ipynb #372c2907
 # examples sorted together; large pools waste less on padding (measured in ch. 9)
@@ -194,15 +233,7 @@ def token_buckets(
     shuffle=True: shuffle, sort within pools, cut, shuffle the groups (same (seed, epoch), same
     groups). shuffle=False: one sorted pool, groups in length order (for evaluation).
     """
-    check_int("max_tokens", max_tokens)
-    check_int("pool_size", pool_size)
-    if len(sizes) == 0:
-        raise ValueError("there are no examples to batch")
-    if max(sizes) > max_tokens:
-        raise ValueError(
-            f"max_tokens={max_tokens} is smaller than the longest example ({max(sizes)} positions); "
-            "raise max_tokens or drop long pairs with encode_pairs(..., max_len=...)"
-        )
+    _check_budget(sizes, max_tokens, pool_size)
     order = list(range(len(sizes)))
     rng = random.Random(f"{seed}:{epoch}")  # a str seed is hashed identically in every process
     if shuffle:
@@ -225,6 +256,17 @@ def token_buckets(
         rng.shuffle(groups)
     return groups
 
+# %% ../../chapters/09_translation_data.ipynb #a6f0d2e8
+def _example_sizes(examples: Sequence[tuple[list[int], list[int]]]) -> list[int]:
+    """Each example's positions in a batch, max(T_src, T_tgt), checked: a source and BOS ... EOS."""
+    sizes = []
+    for i, (src, tgt) in enumerate(examples):
+        if len(src) < 1 or len(tgt) < 2:
+            raise ValueError(f"examples[{i}] needs >= 1 source id and >= 2 target ids (BOS ... EOS)")
+        # tgt_in and tgt_out are one shorter than BOS ... EOS
+        sizes.append(max(len(src), len(tgt) - 1))
+    return sizes
+
 # %% ../../chapters/09_translation_data.ipynb #85217598
 def batch_by_tokens(
     examples: Sequence[tuple[list[int], list[int]]],
@@ -239,12 +281,7 @@ def batch_by_tokens(
 
     Each Batch holds src (B, T_src), tgt_in and tgt_out (B, T_tgt) and their masks (chapter 5).
     """
-    sizes = []
-    for i, (src, tgt) in enumerate(examples):
-        if len(src) < 1 or len(tgt) < 2:
-            raise ValueError(f"examples[{i}] needs >= 1 source id and >= 2 target ids (BOS ... EOS)")
-        # tgt_in and tgt_out are one shorter than BOS ... EOS
-        sizes.append(max(len(src), len(tgt) - 1))
+    sizes = _example_sizes(examples)  # max(T_src, T_tgt) of each: what the budget counts
     groups = token_buckets(sizes, max_tokens, shuffle=shuffle, seed=seed, epoch=epoch, pool_size=pool_size)
     batches = []
     for group in groups:

@@ -33,6 +33,8 @@ MULTI30K_FILES = {  # file name -> sha256 of the published bytes
 }
 DATA_ENV = "TRANSFORMER_BOOK_DATA"  # a folder holding multi30k/, used instead of any download
 DEFAULT_DATA_ROOT = Path("~/.cache/transformer_book")
+
+# %% ../../chapters/09_translation_data.ipynb #8de2cb0a
 MULTI30K_SIZES = {  # file name -> bytes: a download that sends more is cut off at once
     "train.de.gz": 637044, "train.en.gz": 568929, "val.de.gz": 24681, "val.en.gz": 21650,
     "test_2016_flickr.de.gz": 22890, "test_2016_flickr.en.gz": 21077,
@@ -109,7 +111,7 @@ def _check_local_copy(folder: Path) -> Path:
             )
     return folder
 
-# %% ../../chapters/09_translation_data.ipynb #1e3b417c
+# %% ../../chapters/09_translation_data.ipynb #1e3b417b
 _OFFLINE_ADVICE = (
     f"On a machine without internet, copy the six files ({', '.join(MULTI30K_FILES)}) from "
     f"{MULTI30K_URL}/ into a folder DIR/multi30k/ and set the environment variable {DATA_ENV}=DIR."
@@ -152,6 +154,25 @@ def _download_verified(name: str, folder: Path) -> None:
             signal.signal(signal.SIGTERM, previous)
 
 
+def _download_failure(name: str, url: str, failures: list[str], folder: Path) -> DataError:
+    """The error after the last attempt: what went wrong each time, and what to do about it."""
+    expected = MULTI30K_FILES[name]
+    hints = []
+    if any(f.startswith("wrong sha256") for f in failures):
+        hints.append(
+            f"The expected sha256 is {expected}: the file upstream may have changed, or something between "
+            "you and it rewrites downloads."
+        )
+    if not all(f.startswith("wrong sha256") for f in failures):
+        hints.append("A connection that fails or breaks off may work later: run this again.")
+    # the deadline may stop them early
+    attempts = f"{len(failures)} attempt{'s' if len(failures) != 1 else ''}"
+    return DataError(
+        f"Could not download {name} from {url} in {attempts} ({'; '.join(failures)}), "
+        f"and {folder.absolute()} holds no verified copy of it. {' '.join(hints)} {_OFFLINE_ADVICE}"
+    )
+
+# %% ../../chapters/09_translation_data.ipynb #1e3b417c
 def _download_attempts(name: str, folder: Path, part_files: list[Path]) -> None:
     url, expected = f"{MULTI30K_URL}/{name}", MULTI30K_FILES[name]
     failures = []  # what went wrong in each attempt, for the error message
@@ -178,20 +199,7 @@ def _download_attempts(name: str, folder: Path, part_files: list[Path]) -> None:
             raise DataError(f"Could not write the download of {name} into {folder.absolute()}: {err}") from err
         finally:
             tmp.unlink(missing_ok=True)
-    hints = []
-    if any(f.startswith("wrong sha256") for f in failures):
-        hints.append(
-            f"The expected sha256 is {expected}: the file upstream may have changed, or something between "
-            "you and it rewrites downloads."
-        )
-    if not all(f.startswith("wrong sha256") for f in failures):
-        hints.append("A connection that fails or breaks off may work later: run this again.")
-    # the deadline may stop them early
-    attempts = f"{len(failures)} attempt{'s' if len(failures) != 1 else ''}"
-    raise DataError(
-        f"Could not download {name} from {url} in {attempts} ({'; '.join(failures)}), "
-        f"and {folder.absolute()} holds no verified copy of it. {' '.join(hints)} {_OFFLINE_ADVICE}"
-    )
+    raise _download_failure(name, url, failures, folder)
 
 # %% ../../chapters/09_translation_data.ipynb #1e0c249c
 def download_multi30k(root: str | Path | None = None) -> Path:

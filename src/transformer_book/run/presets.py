@@ -85,7 +85,7 @@ PRESETS: dict[str, Preset] = {
     ),
 }
 
-
+# %% ../../../chapters/10_training_on_gpu.ipynb #e6689ca5
 AMP_CHOICES = ("auto", "bfloat16", "float16", "off")  # see pick_amp_dtype
 DIRECTIONS = ("de-en", "en-de")  # source-target; Multi30k's pairs are (German, English)
 
@@ -187,7 +187,7 @@ def _measured_rates(d_model: int, d_ff: int, rows: int) -> tuple[tuple[str, floa
     torch.set_num_threads(threads)
     return tuple(rates)
 
-
+# %% ../../../chapters/10_training_on_gpu.ipynb #84731e7e
 def pick_amp_dtype(device: torch.device, amp: str = "auto", rates: dict[str, float] | None = None
                    ) -> torch.dtype | None:
     """The autocast dtype for `device`, or None for float32.
