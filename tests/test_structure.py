@@ -153,7 +153,6 @@ STILL_TO_WRAP = {
     "run.safefiles": 20,
     "run.translate": 21,
     "seq2seq": 43,
-    "training": 38,
 }
 
 

@@ -30,6 +30,29 @@ AMP_DTYPES = (torch.bfloat16, torch.float16)  # the low-precision types autocast
 # fit reads the losses back every this many steps: a NaN costs at most that many steps
 LOSS_READ_EVERY = 50
 
+# %% ../../chapters/07_label_smoothing_and_training.ipynb #a7c31e02
+def _check_loss_settings(smoothing: float, convention: str) -> None:
+    """Raise a clear error for a smoothing or a convention that LabelSmoothingLoss cannot use."""
+    check_probability("smoothing", smoothing, hint="the paper uses 0.1")
+    if convention not in SMOOTHING_CONVENTIONS:
+        raise ValueError(
+            f"convention must be 'uniform' (smoothing / K to every class, as PyTorch) or 'others' "
+            f"(smoothing / (K - 1) to every wrong class); got {convention!r}"
+        )
+
+
+def _check_loss_inputs(logits: Tensor, target: Tensor) -> None:
+    """Raise a clear error unless logits (..., vocab_size) and integer targets (...) fit."""
+    if logits.shape[:-1] != target.shape:
+        raise ValueError(
+            f"logits (..., vocab_size) and target (...) must agree on the leading dimensions; "
+            f"got logits {tuple(logits.shape)} and target {tuple(target.shape)}"
+        )
+    if target.dtype.is_floating_point or target.dtype.is_complex or target.dtype == torch.bool:
+        raise TypeError(
+            f"target must hold integer class ids (torch.long); got dtype {target.dtype}"
+        )
+
 # %% ../../chapters/07_label_smoothing_and_training.ipynb #f54c7987
 class LabelSmoothingLoss(nn.Module):
     """Cross-entropy H(q, p) against a label-smoothed target q, averaged over the non-padding
@@ -50,12 +73,7 @@ class LabelSmoothingLoss(nn.Module):
     def __init__(self, smoothing: float = 0.1, ignore_index: int = 0, convention: str = "uniform",
                  impossible_classes: bool = False):
         super().__init__()
-        check_probability("smoothing", smoothing, hint="the paper uses 0.1")
-        if convention not in SMOOTHING_CONVENTIONS:
-            raise ValueError(
-                f"convention must be 'uniform' (smoothing / K to every class, as PyTorch) or 'others' "
-                f"(smoothing / (K - 1) to every wrong class); got {convention!r}"
-            )
+        _check_loss_settings(smoothing, convention)
         self.smoothing, self.ignore_index, self.convention = smoothing, ignore_index, convention
         # logits may hold -inf (or NaN at ignored positions)
         self.impossible_classes = impossible_classes
@@ -63,13 +81,7 @@ class LabelSmoothingLoss(nn.Module):
     def forward(self, logits: Tensor, target: Tensor) -> Tensor:
         """logits (..., vocab_size), target (...) integer class ids -> scalar loss (float32, or
         float64 for float64 logits)."""
-        if logits.shape[:-1] != target.shape:
-            raise ValueError(
-                f"logits (..., vocab_size) and target (...) must agree on the leading dimensions; got logits "
-                f"{tuple(logits.shape)} and target {tuple(target.shape)}"
-            )
-        if target.dtype.is_floating_point or target.dtype.is_complex or target.dtype == torch.bool:
-            raise TypeError(f"target must hold integer class ids (torch.long); got dtype {target.dtype}")
+        _check_loss_inputs(logits, target)
         # float32 even under autocast; float64 stays
         dtype = torch.promote_types(logits.dtype, torch.float32)
         keep = target != self.ignore_index  # (...): the positions that count
@@ -127,6 +139,25 @@ def noam_rate(step: int, d_model: int, warmup_steps: int, factor: float = 1.0) -
     step = max(step, 1)
     return factor * d_model**-0.5 * min(step**-0.5, step * warmup_steps**-1.5)
 
+# %% ../../chapters/07_label_smoothing_and_training.ipynb #c5e92a17
+def _check_schedule_args(
+    optimizer: torch.optim.Optimizer, warmup_steps: int, last_epoch: int
+) -> None:
+    """Raise a clear error for arguments WarmupSchedule cannot use (such as a resume that comes
+    before the optimizer's saved state)."""
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise TypeError(
+            f"optimizer must be a torch.optim.Optimizer (the model's Adam, not the model); "
+            f"got {type(optimizer).__name__}"
+        )
+    check_int("warmup_steps", warmup_steps)
+    if last_epoch != -1 and any("initial_lr" not in group for group in optimizer.param_groups):
+        raise ValueError(
+            f"last_epoch={last_epoch} resumes a schedule, but the optimizer has no 'initial_lr': "
+            f"load the saved optimizer.state_dict() before creating the scheduler (or use "
+            f"last_epoch=-1 to start)"
+        )
+
 # %% ../../chapters/07_label_smoothing_and_training.ipynb #2b91056c
 class WarmupSchedule(torch.optim.lr_scheduler.LambdaLR):
     """The paper's schedule as a PyTorch scheduler: call scheduler.step() after every
@@ -143,15 +174,7 @@ class WarmupSchedule(torch.optim.lr_scheduler.LambdaLR):
         self, optimizer: torch.optim.Optimizer, d_model: int, warmup_steps: int, factor: float = 1.0,
         last_epoch: int = -1,
     ):
-        if not isinstance(optimizer, torch.optim.Optimizer):
-            raise TypeError(f"optimizer must be a torch.optim.Optimizer (the model's Adam, not the model); "
-                            f"got {type(optimizer).__name__}")
-        check_int("warmup_steps", warmup_steps)
-        if last_epoch != -1 and any("initial_lr" not in group for group in optimizer.param_groups):
-            raise ValueError(
-                f"last_epoch={last_epoch} resumes a schedule, but the optimizer has no 'initial_lr': load the "
-                f"saved optimizer.state_dict() before creating the scheduler (or use last_epoch=-1 to start)"
-            )
+        _check_schedule_args(optimizer, warmup_steps, last_epoch)
         self.d_model, self.warmup_steps, self.factor = d_model, warmup_steps, factor
         super().__init__(optimizer, self.rate, last_epoch=last_epoch)
 
@@ -185,6 +208,25 @@ def autocast(device: torch.device | str, amp_dtype: torch.dtype | None) -> Abstr
         raise ValueError(f"amp_dtype must be None, torch.bfloat16 or torch.float16; got {amp_dtype}")
     return torch.autocast(device_type=torch.device(device).type, dtype=amp_dtype)
 
+# %% ../../chapters/07_label_smoothing_and_training.ipynb #a9d4f6e8
+def _read_back(losses: list) -> list[float]:
+    """TrainState.read_losses: the tensors at the end of `losses` become floats, in place, in one
+    transfer; FloatingPointError names the first of them that is not finite."""
+    unread = len(losses)
+    while unread > 0 and isinstance(losses[unread - 1], Tensor):
+        unread -= 1
+    if unread < len(losses):
+        # one wait for the device
+        losses[unread:] = torch.stack(losses[unread:]).tolist()
+    for step, loss in enumerate(losses[unread:], start=unread + 1):
+        if not math.isfinite(loss):
+            raise FloatingPointError(
+                f"the loss of step {step} is {loss}; the weights are no longer usable. Lower the "
+                f"learning rate (or the schedule's factor), or check the data for targets the model "
+                f"cannot predict"
+            )
+    return losses
+
 # %% ../../chapters/07_label_smoothing_and_training.ipynb #872fd9b0
 @dataclass
 class TrainState:
@@ -203,19 +245,7 @@ class TrainState:
         """The losses, all as floats: fit leaves the last few on the device, as tensors, and this
         reads them back in one transfer. Raises FloatingPointError naming the first step whose loss
         is not finite."""
-        unread = len(self.losses)
-        while unread > 0 and isinstance(self.losses[unread - 1], Tensor):
-            unread -= 1
-        if unread < len(self.losses):
-            # one wait for the device
-            self.losses[unread:] = torch.stack(self.losses[unread:]).tolist()
-        for step, loss in enumerate(self.losses[unread:], start=unread + 1):
-            if not math.isfinite(loss):
-                raise FloatingPointError(
-                    f"the loss of step {step} is {loss}; the weights are no longer usable. Lower the learning rate "
-                    f"(or the schedule's factor), or check the data for targets the model cannot predict"
-                )
-        return self.losses
+        return _read_back(self.losses)
 
 
 class StepResult(NamedTuple):
@@ -224,6 +254,15 @@ class StepResult(NamedTuple):
     loss: float | Tensor  # a 0-d tensor on the device when train_step ran with host_checks=False
     # False when float16's scaler found an inf or NaN gradient and skipped the update
     optimizer_stepped: bool
+
+# %% ../../chapters/07_label_smoothing_and_training.ipynb #b7e3d5c2
+def _check_finite_loss(loss_value: float) -> None:
+    """Raise FloatingPointError for a loss of inf or NaN, before train_step changes any weight."""
+    if not math.isfinite(loss_value):
+        raise FloatingPointError(
+            f"the loss is {loss_value}; the weights were not updated. Lower the learning rate (or the "
+            f"schedule's factor), or check the data for targets the model cannot predict"
+        )
 
 # %% ../../chapters/07_label_smoothing_and_training.ipynb #0ab0717d
 def train_step(
@@ -266,11 +305,8 @@ def train_step(
         nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
     # .item() waits for the backward pass on a GPU
     loss_value = loss.item() if host_checks else loss.detach()
-    if host_checks and not math.isfinite(loss_value):
-        raise FloatingPointError(
-            f"the loss is {loss_value}; the weights were not updated. Lower the learning rate (or the "
-            f"schedule's factor), or check the data for targets the model cannot predict"
-        )
+    if host_checks:
+        _check_finite_loss(loss_value)  # raises before any weight changes
     if scaler is not None:  # get_scale reads the scale back: float16 steps wait for the device
         scale = scaler.get_scale()
         scaler.step(optimizer)  # skipped if a gradient overflowed in float16
@@ -282,6 +318,34 @@ def train_step(
     if scheduler is not None and stepped:  # a skipped update is not a step of the schedule
         scheduler.step()
     return StepResult(loss_value, stepped)
+
+# %% ../../chapters/07_label_smoothing_and_training.ipynb #c6f8a1d3
+def _check_fit_args(batches: object, read_every: int) -> None:
+    """Refuse a one-shot iterator of batches (empty after the first epoch) and a read_every
+    below 1."""
+    check_int("read_every", read_every)
+    if isinstance(batches, Iterator):
+        raise TypeError(
+            f"batches is a one-shot iterator ({type(batches).__name__}), which would be empty after the first "
+            "epoch; pass a list, or a function epoch -> batches"
+        )
+
+
+def _epoch_batches(batches: Sequence[Batch] | Callable[[int], Iterable[Batch]], epoch: int) -> Sequence[Batch]:
+    """The batches of `epoch`: a sequence as it is (it may make each batch when indexed), anything else listed."""
+    epoch_batches = batches(epoch) if callable(batches) else batches
+    epoch_batches = epoch_batches if isinstance(epoch_batches, Sequence) else list(epoch_batches)
+    if len(epoch_batches) == 0:
+        raise ValueError(f"batches is empty for epoch {epoch}; pass at least one batch per epoch")
+    return epoch_batches
+
+
+def _show_loss(bar: tqdm, state: TrainState) -> None:
+    """Read the losses back (FloatingPointError if one is not finite) and show the last on the progress bar."""
+    losses = state.read_losses()
+    if losses and state.train_seconds > 0:
+        tokens_per_second = state.tokens_seen / state.train_seconds
+        bar.set_postfix(loss=f"{losses[-1]:.3f}", tok_per_s=f"{tokens_per_second:,.0f}", refresh=False)
 
 # %% ../../chapters/07_label_smoothing_and_training.ipynb #0078671e
 def fit(
@@ -319,12 +383,7 @@ def fit(
     finite raises FloatingPointError there, at most read_every steps late: the weights are then spoiled, so call
     state.read_losses() before saving them (chapter 10 does). The ids in the batches are not checked here.
     """
-    check_int("read_every", read_every)
-    if isinstance(batches, Iterator):
-        raise TypeError(
-            f"batches is a one-shot iterator ({type(batches).__name__}), which would be empty after the first "
-            "epoch; pass a list, or a function epoch -> batches"
-        )
+    _check_fit_args(batches, read_every)
     device = torch.device(device)
     state = state if state is not None else TrainState()
     if scaler is None and amp_dtype == torch.float16:
@@ -363,20 +422,3 @@ def fit(
         if on_epoch_end is not None:
             on_epoch_end(state)
     return state
-
-
-def _epoch_batches(batches: Sequence[Batch] | Callable[[int], Iterable[Batch]], epoch: int) -> Sequence[Batch]:
-    """The batches of `epoch`: a sequence as it is (it may make each batch when indexed), anything else listed."""
-    epoch_batches = batches(epoch) if callable(batches) else batches
-    epoch_batches = epoch_batches if isinstance(epoch_batches, Sequence) else list(epoch_batches)
-    if len(epoch_batches) == 0:
-        raise ValueError(f"batches is empty for epoch {epoch}; pass at least one batch per epoch")
-    return epoch_batches
-
-
-def _show_loss(bar: tqdm, state: TrainState) -> None:
-    """Read the losses back (FloatingPointError if one is not finite) and show the last on the progress bar."""
-    losses = state.read_losses()
-    if losses and state.train_seconds > 0:
-        tokens_per_second = state.tokens_seen / state.train_seconds
-        bar.set_postfix(loss=f"{losses[-1]:.3f}", tok_per_s=f"{tokens_per_second:,.0f}", refresh=False)
