@@ -21,6 +21,26 @@ from .multihead import check_layer_inputs, check_layer_mask
 __all__ = ['blockwise_attention', 'window_mask', 'sliding_window_attention', 'elu_feature_map', 'linear_attention',
            'linear_attention_recurrent', 'repeat_kv', 'GroupedQueryAttention']
 
+# %% ../../chapters/12_long_sequences.ipynb #c12bw0a1
+def _checked_blockwise_inputs(
+    query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None, causal: bool, block_size: int
+) -> tuple[int, Tensor | None]:
+    """blockwise_attention's input checks; returns the block size and the mask as a view over every key."""
+    check_attention_inputs(query, key, value)
+    block_size = check_int("block_size", block_size)
+    length_q, length_k = query.size(-2), key.size(-2)
+    if causal and length_q != length_k:
+        raise ValueError(
+            f"causal=True needs as many queries as keys; got L_q={length_q}, L_k={length_k}; "
+            f"pass an explicit mask for other shapes"
+        )
+    if mask is not None:
+        batch = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])
+        check_mask(mask, torch.Size((*batch, length_q, length_k)))
+        # a view, so that slicing the keys' axis works
+        mask = mask.expand(*mask.shape[:-1], length_k)
+    return block_size, mask
+
 # %% ../../chapters/12_long_sequences.ipynb #12d7c451
 def blockwise_attention(
     query: Tensor,
@@ -38,19 +58,8 @@ def blockwise_attention(
     broadcastable to (..., L_q, L_k). causal=True lets query i attend to keys j <= i (needs L_q ==
     L_k).
     """
-    check_attention_inputs(query, key, value)
-    block_size = check_int("block_size", block_size)
+    block_size, mask = _checked_blockwise_inputs(query, key, value, mask, causal, block_size)
     length_q, length_k = query.size(-2), key.size(-2)
-    if causal and length_q != length_k:
-        raise ValueError(
-            f"causal=True needs as many queries as keys; got L_q={length_q}, L_k={length_k}; "
-            f"pass an explicit mask for other shapes"
-        )
-    if mask is not None:
-        batch = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])
-        check_mask(mask, torch.Size((*batch, length_q, length_k)))
-        # a view, so that slicing the keys' axis works
-        mask = mask.expand(*mask.shape[:-1], length_k)
     # no key at all: every row is fully masked, and its output is 0, as in chapter 2
     if length_k == 0:
         batch = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])
@@ -97,6 +106,18 @@ def window_mask(
     band = seen & ~too_far_back  # i - window <= j <= i
     return band if causal else band | band.T  # (T, T)
 
+# %% ../../chapters/12_long_sequences.ipynb #c12sw0a1
+def _checked_window_inputs(query: Tensor, key: Tensor, value: Tensor, window: int) -> int:
+    """sliding_window_attention's input checks; returns the window."""
+    check_attention_inputs(query, key, value)
+    window = check_int("window", window)
+    if key.size(-2) != query.size(-2):
+        raise ValueError(
+            f"sliding_window_attention is self-attention: query and key need the same length T; got "
+            f"{query.size(-2)} and {key.size(-2)}"
+        )
+    return window
+
 # %% ../../chapters/12_long_sequences.ipynb #1f4b04af
 def sliding_window_attention(
     query: Tensor, key: Tensor, value: Tensor, window: int, causal: bool = False
@@ -108,14 +129,8 @@ def sliding_window_attention(
     2's attention under window_mask(T, window, causal); only the band of scores is computed, chunk
     by chunk.
     """
-    check_attention_inputs(query, key, value)
-    window = check_int("window", window)
+    window = _checked_window_inputs(query, key, value, window)
     length = query.size(-2)
-    if key.size(-2) != length:
-        raise ValueError(
-            f"sliding_window_attention is self-attention: query and key need the same length T; got "
-            f"{length} and {key.size(-2)}"
-        )
     reach = min(window, length - 1)  # a window longer than the sequence sees all of it
     chunk = max(reach, 1)  # queries per chunk
     n_chunks = -(-length // chunk)
@@ -207,6 +222,20 @@ def linear_attention_recurrent(
         outputs.append(numerator / (phi_q[..., t, :] * normaliser).sum(dim=-1, keepdim=True))  # o_t
     return torch.stack(outputs, dim=-2)  # (..., T, d_v)
 
+# %% ../../chapters/12_long_sequences.ipynb #c12gq0a1
+def _checked_gqa_sizes(d_model: int, num_heads: int, num_kv_heads: int, dropout: float) -> int:
+    """GroupedQueryAttention's checks of its sizes; returns num_kv_heads."""
+    check_heads(d_model, num_heads)  # chapter 1's checks, as in MultiHeadAttention
+    check_probability("dropout", dropout)
+    num_kv_heads = check_int("num_kv_heads", num_kv_heads)
+    if num_heads % num_kv_heads != 0:
+        raise ValueError(
+            f"num_heads ({num_heads}) must be divisible by num_kv_heads ({num_kv_heads}) so that every "
+            f"key/value head serves a whole group of query heads; try num_kv_heads in "
+            f"{[g for g in range(1, num_heads + 1) if num_heads % g == 0]}"
+        )
+    return num_kv_heads
+
 # %% ../../chapters/12_long_sequences.ipynb #2918978b
 def repeat_kv(x: Tensor, groups: int) -> Tensor:
     """(B, H_kv, T, D_h) -> (B, H_kv * groups, T, D_h): kv head g serves query heads
@@ -227,15 +256,7 @@ class GroupedQueryAttention(nn.Module):
         self, d_model: int, num_heads: int, num_kv_heads: int, dropout: float = 0.0, bias: bool = True
     ):
         super().__init__()
-        check_heads(d_model, num_heads)  # chapter 1's checks, as in MultiHeadAttention
-        check_probability("dropout", dropout)
-        num_kv_heads = check_int("num_kv_heads", num_kv_heads)
-        if num_heads % num_kv_heads != 0:
-            raise ValueError(
-                f"num_heads ({num_heads}) must be divisible by num_kv_heads ({num_kv_heads}) so that every "
-                f"key/value head serves a whole group of query heads; try num_kv_heads in "
-                f"{[g for g in range(1, num_heads + 1) if num_heads % g == 0]}"
-            )
+        num_kv_heads = _checked_gqa_sizes(d_model, num_heads, num_kv_heads, dropout)
         self.d_model, self.num_heads, self.num_kv_heads = d_model, num_heads, num_kv_heads
         self.d_head, self.groups = d_model // num_heads, num_heads // num_kv_heads
         self.dropout_p = dropout

@@ -12,6 +12,17 @@ from torch import Tensor
 from .checks import check_int, check_number, check_token_ids
 from .lm import TransformerStack
 
+# %% ../../chapters/11_one_stack.ipynb #c11sm0a1
+def _check_top_p(p: float) -> None:
+    check_number("top_p", p, above=0, at_most=1, hint="1.0 keeps every token")
+
+
+def _check_sampling_args(logits: Tensor, temperature: float) -> None:
+    """sample_next's checks: a temperature of at least 0, logits of shape (B, vocab_size)."""
+    check_number("temperature", temperature, at_least=0, hint="0: greedy")
+    if logits.dim() != 2:
+        raise ValueError(f"logits must have shape (B, vocab_size); got {tuple(logits.shape)}")
+
 # %% ../../chapters/11_one_stack.ipynb #058af52b
 def top_k_filter(logits: Tensor, k: int) -> Tensor:
     """Keep the k largest logits of each row and set the others to -inf: (..., vocab_size) -> (..., vocab_size)."""
@@ -20,10 +31,6 @@ def top_k_filter(logits: Tensor, k: int) -> Tensor:
     index = logits.topk(min(k, logits.size(-1)), dim=-1).indices
     keep = torch.zeros_like(logits, dtype=torch.bool).scatter_(-1, index, True)  # (..., vocab_size)
     return logits.masked_fill(~keep, float("-inf"))
-
-
-def _check_top_p(p: float) -> None:
-    check_number("top_p", p, above=0, at_most=1, hint="1.0 keeps every token")
 
 
 def top_p_filter(logits: Tensor, p: float) -> Tensor:
@@ -54,9 +61,7 @@ def sample_next(
     top_k and top_p filter the distribution first (after the temperature); temperature=0 is greedy
     decoding.
     """
-    check_number("temperature", temperature, at_least=0, hint="0: greedy")
-    if logits.dim() != 2:
-        raise ValueError(f"logits must have shape (B, vocab_size); got {tuple(logits.shape)}")
+    _check_sampling_args(logits, temperature)  # folded above, as _check_top_p
     if top_k is not None:
         logits = top_k_filter(logits, top_k)
     if top_p is not None:
@@ -67,6 +72,20 @@ def sample_next(
     if top_p is not None:
         logits = top_p_filter(logits, top_p)
     return torch.multinomial(logits.softmax(dim=-1), 1, generator=generator).squeeze(-1)  # (B,)
+
+# %% ../../chapters/11_one_stack.ipynb #c11gn0a1
+def _check_generate_args(model: TransformerStack, prompt: Tensor, max_new_tokens: int) -> None:
+    """generate's checks: a causal model, token ids in range, no padding, and room up to max_len."""
+    # once: later steps feed back sampled ids
+    check_token_ids("prompt", prompt, model.config.vocab_size)
+    if not model.config.causal:
+        raise ValueError("generate needs a causal model (StackConfig(causal=True)); this one sees both directions")
+    check_int("max_new_tokens", max_new_tokens)
+    if prompt.size(1) + max_new_tokens > model.config.max_len:
+        raise ValueError(f"prompt ({prompt.size(1)}) + max_new_tokens ({max_new_tokens}) exceeds max_len "
+                         f"({model.config.max_len})")
+    if (prompt == model.config.pad_id).any():
+        raise ValueError("prompt holds padding; generate prompts of different lengths one at a time")
 
 # %% ../../chapters/11_one_stack.ipynb #9552e9ca
 @torch.no_grad()
@@ -82,16 +101,7 @@ def generate(
     recomputes every step from the whole sequence: the same distributions, more work. The model's
     train/eval mode is restored.
     """
-    # once: later steps feed back sampled ids
-    check_token_ids("prompt", prompt, model.config.vocab_size)
-    if not model.config.causal:
-        raise ValueError("generate needs a causal model (StackConfig(causal=True)); this one sees both directions")
-    check_int("max_new_tokens", max_new_tokens)
-    if prompt.size(1) + max_new_tokens > model.config.max_len:
-        raise ValueError(f"prompt ({prompt.size(1)}) + max_new_tokens ({max_new_tokens}) exceeds max_len "
-                         f"({model.config.max_len})")
-    if (prompt == model.config.pad_id).any():
-        raise ValueError("prompt holds padding; generate prompts of different lengths one at a time")
+    _check_generate_args(model, prompt, max_new_tokens)  # folded above
     was_training = model.training
     model.eval()
     try:

@@ -56,7 +56,7 @@ class GELUFeedForward(FeedForward):
         # (B, T, D): GELU(x W1 + b1) W2 + b2
         return self.linear2(self.dropout(gelu(self.linear1(x))))
 
-
+# %% ../../chapters/11_one_stack.ipynb #c11sg0a1
 class SwiGLU(nn.Module):
     """Gated feed-forward layer FFN(x) = (SiLU(x W_gate) * x W_up) W_down, without biases (Shazeer
     2020).
@@ -75,6 +75,16 @@ class SwiGLU(nn.Module):
         """x (B, T, D) -> (B, T, D)."""
         hidden = silu(self.gate_proj(x)) * self.up_proj(x)  # (B, T, d_ff): SiLU(x W_gate) * x W_up
         return self.down_proj(self.dropout(hidden))  # (B, T, D)
+
+# %% ../../chapters/11_one_stack.ipynb #c11ro0a1
+def _check_rotary_call(
+    layer: MultiHeadAttention, query: Tensor, key: Tensor, value: Tensor, cache: KVCache | None
+) -> None:
+    """RotaryMultiHeadAttention's checks: chapter 3's shapes, self-attention, a cache that grows."""
+    check_layer_inputs(layer, query, key, value)  # chapter 3's checks
+    if query.size(1) != key.size(1) or (cache is not None and cache.static):
+        raise ValueError("rotary attention here is self-attention: query and key must be one sequence "
+                         f"(got lengths {query.size(1)} and {key.size(1)}), and the cache not static")
 
 # %% ../../chapters/11_one_stack.ipynb #8550d16e
 class RotaryMultiHeadAttention(MultiHeadAttention):
@@ -98,10 +108,7 @@ class RotaryMultiHeadAttention(MultiHeadAttention):
     ) -> Tensor | tuple[Tensor, Tensor]:
         """Self-attention of x (B, T, D) (query, key and value of one sequence) -> (B, T, D),
         as MultiHeadAttention."""
-        check_layer_inputs(self, query, key, value)  # chapter 3's checks
-        if query.size(1) != key.size(1) or (cache is not None and cache.static):
-            raise ValueError("rotary attention here is self-attention: query and key must be one sequence "
-                             f"(got lengths {query.size(1)} and {key.size(1)}), and the cache not static")
+        _check_rotary_call(self, query, key, value, cache)  # folded above
         offset = len(cache) if cache is not None else 0
         positions = torch.arange(offset, offset + query.size(1), device=query.device)  # (T,)
         q = apply_rotary(self.split_heads(self.q_proj(query)), positions, self.base)  # (B, H, T, D_h)

@@ -82,6 +82,31 @@ class StackLayer(EncoderLayer):
             x = self.norm2(x + self.dropout2(self.feed_forward(x)))
         return x
 
+# %% ../../chapters/11_one_stack.ipynb #c11cf0a1
+def _check_stack_config(config: "StackConfig") -> None:
+    """Raise TypeError or ValueError, naming the field and the fix, for a StackConfig that cannot work."""
+    for name in ("vocab_size", "num_layers", "d_ff", "max_len"):
+        check_int(name, getattr(config, name))  # chapter 1's checks, as in TransformerConfig
+    check_int("num_segments", config.num_segments, minimum=0)
+    check_int("pad_id", config.pad_id, minimum=0)
+    check_heads(config.d_model, config.num_heads)
+    check_choice("norm", config.norm, NORMS)
+    check_choice("feed_forward", config.feed_forward, FEED_FORWARDS)
+    check_choice("positions", config.positions, POSITIONS)
+    if config.positions == "sinusoidal":
+        check_even("d_model", config.d_model, "the sinusoidal encoding pairs sines and cosines")
+    if config.positions == "rotary":
+        head_size = config.d_model // config.num_heads
+        check_even(f"the head size d_model / num_heads = {config.d_model} / {config.num_heads}", head_size,
+                   "rotary positions rotate pairs of features", hint="change num_heads or d_model")
+    check_probability("dropout", config.dropout)
+    for name in ("causal", "norm_first"):
+        check_bool(name, getattr(config, name))
+    if config.pad_id >= config.vocab_size:
+        raise ValueError(
+            f"pad_id ({config.pad_id}) must be a token id: 0 <= pad_id < vocab_size ({config.vocab_size})"
+        )
+
 # %% ../../chapters/11_one_stack.ipynb #00bc8906
 RECIPES = {  # keyword arguments of StackConfig
     "2017": {"norm_first": False, "norm": "layernorm", "feed_forward": "relu", "positions": "sinusoidal"},
@@ -110,27 +135,47 @@ class StackConfig:
     pad_id: int = PAD_ID
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "num_layers", "d_ff", "max_len"):
-            check_int(name, getattr(self, name))  # chapter 1's checks, as in TransformerConfig
-        check_int("num_segments", self.num_segments, minimum=0)
-        check_int("pad_id", self.pad_id, minimum=0)
-        check_heads(self.d_model, self.num_heads)
-        check_choice("norm", self.norm, NORMS)
-        check_choice("feed_forward", self.feed_forward, FEED_FORWARDS)
-        check_choice("positions", self.positions, POSITIONS)
-        if self.positions == "sinusoidal":
-            check_even("d_model", self.d_model, "the sinusoidal encoding pairs sines and cosines")
-        if self.positions == "rotary":
-            head_size = self.d_model // self.num_heads
-            check_even(f"the head size d_model / num_heads = {self.d_model} / {self.num_heads}", head_size,
-                       "rotary positions rotate pairs of features", hint="change num_heads or d_model")
-        check_probability("dropout", self.dropout)
-        for name in ("causal", "norm_first"):
-            check_bool(name, getattr(self, name))
-        if self.pad_id >= self.vocab_size:
-            raise ValueError(
-                f"pad_id ({self.pad_id}) must be a token id: 0 <= pad_id < vocab_size ({self.vocab_size})"
-            )
+        _check_stack_config(self)  # the checks, in the folded cell above
+
+
+# %% ../../chapters/11_one_stack.ipynb #c11ts0a1
+def _check_stack_config_type(config: object) -> None:
+    # The config by its fields, not its class: a chapter's notebook defines its own copy of the
+    # class.
+    if not all(hasattr(config, field.name) for field in fields(StackConfig)):
+        raise TypeError(f"config must be a StackConfig, such as StackConfig(vocab_size=1000); "
+                        f"got {type(config).__name__}")
+
+
+def _check_stack_inputs(
+    model: "TransformerStack", tokens: Tensor, segments: Tensor | None, cache: list[KVCache] | None,
+    check_ids: bool,
+) -> None:
+    """TransformerStack's checks of its inputs: ids in range, segments, cache and length."""
+    c = model.config
+    # chapter 1's one check
+    check_token_ids("tokens", tokens, c.vocab_size if check_ids else None)
+    if segments is not None:
+        if c.num_segments == 0:
+            raise ValueError("segments were given, but the model has no segment embeddings (num_segments=0)")
+        if not isinstance(segments, Tensor):
+            raise TypeError(f"segments must be a tensor of segment ids; got {type(segments).__name__}")
+        if segments.shape != tokens.shape:
+            raise ValueError(f"segments must have the shape of tokens, {tuple(tokens.shape)}; "
+                             f"got {tuple(segments.shape)}")
+        low, high = id_range(segments)
+        if low < 0 or high >= c.num_segments:
+            raise ValueError(f"segment ids must be in 0 .. {c.num_segments - 1} (num_segments="
+                             f"{c.num_segments}); got ids from {low} to {high}")
+    if cache is not None and (not c.causal or len(cache) != len(model.layers)):
+        raise ValueError(f"a cache serves generation: it needs causal=True and one KVCache per layer "
+                         f"({len(model.layers)}); got causal={c.causal} and {len(cache)}; use model.new_cache()")
+    end = (len(cache[0]) if cache is not None else 0) + tokens.size(1)
+    if end > c.max_len:
+        raise ValueError(
+            f"the sequence reaches position {end}, beyond max_len={c.max_len}; shorten it or build "
+            f"the model with a larger max_len"
+        )
 
 # %% ../../chapters/11_one_stack.ipynb #7b3e3072
 class TransformerStack(nn.Module):
@@ -143,11 +188,7 @@ class TransformerStack(nn.Module):
     """
 
     def __init__(self, config: StackConfig):
-        # The config by its fields, not its class: a chapter's notebook defines its own copy of the
-        # class.
-        if not all(hasattr(config, field.name) for field in fields(StackConfig)):
-            raise TypeError(f"config must be a StackConfig, such as StackConfig(vocab_size=1000); "
-                            f"got {type(config).__name__}")
+        _check_stack_config_type(config)  # the checks, in the folded cell above
         super().__init__()
         self.config = c = config
         rotary = c.positions == "rotary"
@@ -197,7 +238,7 @@ class TransformerStack(nn.Module):
         padding. check_ids=False skips the check of the ids' range (a read back to the host):
         generate passes it for the tokens it sampled itself.
         """
-        self._check_inputs(tokens, segments, cache, check_ids)
+        _check_stack_inputs(self, tokens, segments, cache, check_ids)  # folded above
         c, length = self.config, tokens.size(1)
         offset = len(cache[0]) if cache is not None else 0  # positions already in the cache
         if cache is None:
@@ -216,30 +257,3 @@ class TransformerStack(nn.Module):
             x = layer(x, mask, cache[i] if cache is not None else None)  # (B, T, D)
         return self.norm(x)  # (B, T, D)
 
-    def _check_inputs(
-        self, tokens: Tensor, segments: Tensor | None, cache: list[KVCache] | None, check_ids: bool
-    ) -> None:
-        c = self.config
-        # chapter 1's one check
-        check_token_ids("tokens", tokens, c.vocab_size if check_ids else None)
-        if segments is not None:
-            if c.num_segments == 0:
-                raise ValueError("segments were given, but the model has no segment embeddings (num_segments=0)")
-            if not isinstance(segments, Tensor):
-                raise TypeError(f"segments must be a tensor of segment ids; got {type(segments).__name__}")
-            if segments.shape != tokens.shape:
-                raise ValueError(f"segments must have the shape of tokens, {tuple(tokens.shape)}; "
-                                 f"got {tuple(segments.shape)}")
-            low, high = id_range(segments)
-            if low < 0 or high >= c.num_segments:
-                raise ValueError(f"segment ids must be in 0 .. {c.num_segments - 1} (num_segments="
-                                 f"{c.num_segments}); got ids from {low} to {high}")
-        if cache is not None and (not c.causal or len(cache) != len(self.layers)):
-            raise ValueError(f"a cache serves generation: it needs causal=True and one KVCache per layer "
-                             f"({len(self.layers)}); got causal={c.causal} and {len(cache)}; use model.new_cache()")
-        end = (len(cache[0]) if cache is not None else 0) + tokens.size(1)
-        if end > c.max_len:
-            raise ValueError(
-                f"the sequence reaches position {end}, beyond max_len={c.max_len}; shorten it or build "
-                f"the model with a larger max_len"
-            )

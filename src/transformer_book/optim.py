@@ -14,6 +14,17 @@ from torch import Tensor, nn
 
 from .checks import check_int, check_number
 
+# %% ../../chapters/11_one_stack.ipynb #c11aw0a1
+def _check_adamw_args(
+    lr: float, betas: tuple[float, float], eps: float, weight_decay: float
+) -> None:
+    """AdamW's checks of its settings."""
+    check_number("lr", lr, above=0)
+    check_number("eps", eps, at_least=0)
+    check_number("weight_decay", weight_decay, at_least=0)
+    if not all(0.0 <= b < 1.0 for b in betas):
+        raise ValueError(f"betas must be two numbers in [0, 1); got {betas}")
+
 # %% ../../chapters/11_one_stack.ipynb #8ad9439a
 class AdamW(torch.optim.Optimizer):
     """Adam with decoupled weight decay (Loshchilov and Hutter 2019), written out: torch.optim.AdamW's update."""
@@ -22,11 +33,7 @@ class AdamW(torch.optim.Optimizer):
         self, params: Iterable, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
         weight_decay: float = 0.01,
     ):
-        check_number("lr", lr, above=0)
-        check_number("eps", eps, at_least=0)
-        check_number("weight_decay", weight_decay, at_least=0)
-        if not all(0.0 <= b < 1.0 for b in betas):
-            raise ValueError(f"betas must be two numbers in [0, 1); got {betas}")
+        _check_adamw_args(lr, betas, eps, weight_decay)  # folded above
         super().__init__(params, {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay})
 
     @torch.no_grad()
@@ -42,12 +49,9 @@ class AdamW(torch.optim.Optimizer):
                 if p.grad is None:
                     continue
                 state = self.state[p]
-                if not state:
-                    state["step"], state["exp_avg"], state["exp_avg_sq"] = (
-                        0,
-                        torch.zeros_like(p),
-                        torch.zeros_like(p),
-                    )
+                if not state:  # the first step: m_0 = v_0 = 0
+                    zeros = torch.zeros_like(p)
+                    state.update(step=0, exp_avg=zeros, exp_avg_sq=zeros.clone())
                 state["step"] += 1
                 t, m, v = state["step"], state["exp_avg"], state["exp_avg_sq"]
                 p.mul_(1 - lr * decay)  # theta (1 - eta lambda), apart from the gradient
@@ -59,7 +63,7 @@ class AdamW(torch.optim.Optimizer):
                 p.addcdiv_(m, denom, value=-lr / (1 - beta1**t))
         return loss
 
-
+# %% ../../chapters/11_one_stack.ipynb #c11wd0a1
 def weight_decay_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     """Two optimizer groups: matrices (linear maps, embeddings) decay; vectors (biases, norm gains) do not."""
     params = [p for p in model.parameters() if p.requires_grad]
@@ -81,7 +85,7 @@ def cosine_rate(step: int, warmup_steps: int, total_steps: int, min_ratio: float
     progress = min((step - warmup_steps) / (total_steps - warmup_steps), 1.0)
     return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
-
+# %% ../../chapters/11_one_stack.ipynb #c11cs0a1
 class CosineWarmupSchedule(torch.optim.lr_scheduler.LambdaLR):
     """Linear warm-up then cosine decay, as a scheduler: call scheduler.step() after every optimizer.step()."""
 
