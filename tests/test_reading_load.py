@@ -4,7 +4,7 @@ A reader sees every line of a code cell that is not tagged hide-input, hide-cell
 lines included; the folded cells still run under nbval). CONTRIBUTING.md ("The reading rule") says what folds.
 This test counts those lines per chapter and fails above the cap.
 
-Chapters 1-6 only for now: chapters 7-13 still exceed the cap, and their issue adds them to CHAPTERS.
+Chapter 10a, the engineering of the run, has a lower cap: its lesson is short and its machinery folds.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CAP = 550  # visible code lines per chapter
+CAPS = {"10a_engineering_the_run": 300}  # chapters held to a lower cap
 FOLDED = {"hide-input", "hide-cell", "remove-input", "remove-cell"}
 CHAPTERS = [
     "01_rnn_limits",
@@ -24,6 +25,14 @@ CHAPTERS = [
     "04_positional_encoding",
     "05_masking",
     "06_the_transformer",
+    "07_label_smoothing_and_training",
+    "08_decoding",
+    "09_translation_data",
+    "10_training_on_gpu",
+    "10a_engineering_the_run",
+    "11_one_stack",
+    "12_long_sequences",
+    "13_check_your_code",
 ]
 
 
@@ -56,9 +65,10 @@ def test_counts_blank_lines_and_skips_folded_cells(tmp_path):
 def test_visible_code_fits_the_cap(name):
     shown = visible_code_lines(REPO_ROOT / "chapters" / f"{name}.ipynb")
     total = sum(n for _, n in shown)
+    cap = CAPS.get(name, CAP)
     largest = ", ".join(f"{cell_id} ({n})" for cell_id, n in sorted(shown, key=lambda s: -s[1])[:5])
-    assert total <= CAP, (
-        f"{name}: {total} visible code lines, more than {CAP}. Fold what is not the idea (CONTRIBUTING.md, "
+    assert total <= cap, (
+        f"{name}: {total} visible code lines, more than {cap}. Fold what is not the idea (CONTRIBUTING.md, "
         f"'The reading rule'): tag the cell hide-input, or move checks into a folded helper cell. "
         f"Largest visible cells: {largest}"
     )
