@@ -41,9 +41,10 @@ setup: $(STAMP) browser ## create .venv and install the pinned dependencies (ins
 setup-book: $(BOOK_STAMP) ## only what building the HTML needs (no PyTorch: the build runs no code)
 
 # Re-installs only when pyproject.toml or constraints.txt changed (or .venv is new).
-$(STAMP): pyproject.toml constraints.txt
+$(STAMP): pyproject.toml constraints.txt pretrained/pyproject.toml
 	@test -x $(BIN)/python || { echo "Creating $(VENV) with $(PYTHON)"; $(PYTHON) -m venv $(VENV); }
 	$(BIN)/python -m pip install --quiet -c constraints.txt "torch==2.13.0" -e ".[book,dev,lab]"
+	$(BIN)/python -m pip install --quiet --no-deps -e pretrained
 	@touch $@ $(BOOK_STAMP)
 
 # The book's build reads the notebooks' stored outputs and runs no code: it needs the [book] extra's packages
@@ -135,9 +136,10 @@ bootstrap: setup ## write every chapter's first cell (the Colab set-up) from too
 	$(BIN)/python tools/bootstrap.py
 
 # sdist and wheel, checked with the same rules PyPI applies (twine check --strict).
-dist: setup ## build the sdist and wheel into dist/ and check them as PyPI will
+dist: setup ## build the sdist and wheel, and the pretrained translator's wheel, into dist/; check them as PyPI will
 	rm -rf dist
 	$(BIN)/python -m build --outdir dist . >/dev/null
+	$(BIN)/python -m build --wheel --outdir dist pretrained >/dev/null
 	$(BIN)/twine check --strict dist/*
 	@ls -l dist
 

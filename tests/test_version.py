@@ -21,6 +21,7 @@ BUMP = Path(sys.executable).with_name("bump-my-version")
 # What names the book's version: the package's __version__, a chapter's first cell (as its JSON holds it), the
 # install command, the git tag of a release. `<V>` stands for the version.
 NAMES_VERSION = [r'__version__ = "(<V>)"', r'BOOK_VERSION = \\"(<V>)\\"', r"transformer-book==(<V>)",
+                 r"transformer-book\[pretrained\]==(<V>)",
                  r"transformer-book@v(<V>)", r"tag `v(<V>)`"]
 VERSION = r"\d+\.\d+\.\d+[\w.]*"
 FOUND = re.compile("|".join(pattern.replace("<V>", VERSION) for pattern in NAMES_VERSION))

@@ -41,6 +41,7 @@ _MODULE_OF = {
     "choose_preset": "run.presets",
     "pick_device": "run.presets",
     "Translator": "run.translate",
+    "pretrained_checkpoint": "run.translate",
     "train": "run.loop",
     "TransformerStack": "lm",
     "StackConfig": "lm",
@@ -72,7 +73,7 @@ if TYPE_CHECKING:  # editors and type checkers see the names without running __g
     from .recurrent import GRUCell, LSTMCell, RNNCell
     from .run.loop import train
     from .run.presets import PRESETS, Preset, choose_preset, pick_device
-    from .run.translate import Translator
+    from .run.translate import Translator, pretrained_checkpoint
     from .seq2seq import AdditiveAttention, RecurrentSeq2Seq
     from .training import LabelSmoothingLoss, WarmupSchedule, fit
 
@@ -120,6 +121,7 @@ __all__ = [
     "choose_preset",
     "pick_device",
     "Translator",
+    "pretrained_checkpoint",
     "train",
     "TransformerStack",
     "StackConfig",

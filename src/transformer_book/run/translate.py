@@ -2,14 +2,18 @@
 """The Translator to keep, with its test BLEU and attention maps (chapter 10)."""
 
 # %% auto #0
-__all__ = ['MAX_BEAM_SIZE', 'MAX_HYPOTHESES', 'Translator', 'evaluate', 'attention_weights']
+__all__ = ['MAX_BEAM_SIZE', 'MAX_HYPOTHESES', 'PRETRAINED', 'PRETRAINED_INSTALL', 'pretrained_checkpoint', 'pretrained_record',
+           'Translator', 'evaluate', 'paired_bootstrap', 'attention_weights']
 
 # %% ../../../chapters/10_training_on_gpu.ipynb #5a1c0e71
+import json
 import time
 import warnings
+from importlib import resources
 from pathlib import Path
 
 import sacrebleu
+from sacrebleu.significance import PairedTest
 import torch
 from tokenizers import Tokenizer
 
@@ -27,6 +31,27 @@ from ..tokens import BOS_ID, EOS_ID, PAD_ID
 MAX_BEAM_SIZE = 64
 # sentences x beam decoded at once (64 x 16): a wider beam decodes fewer sentences together
 MAX_HYPOTHESES = 1024
+# the book's own trained weights ship apart from the code, in a companion distribution
+PRETRAINED = "transformer_book_pretrained"
+PRETRAINED_INSTALL = 'pip install "transformer-book[pretrained]"'
+
+
+def pretrained_checkpoint() -> Path:
+    """The checkpoint folder of the book's pretrained translator; an error naming the install line
+    when the companion distribution `transformer-book-pretrained` is missing."""
+    try:
+        folder = resources.files(PRETRAINED) / "checkpoint"
+    except ModuleNotFoundError:
+        raise FileNotFoundError(
+            f"the book's pretrained translator is not installed: {PRETRAINED_INSTALL} installs it (no network "
+            f"needed afterwards); or train your own, python -m transformer_book train, and load runs/multi30k/best"
+        ) from None
+    return Path(str(folder))
+
+
+def pretrained_record() -> dict:
+    """What the pretrained translator's record says: the run that made it and its test BLEU."""
+    return json.loads((pretrained_checkpoint().parent / "record.json").read_text(encoding="utf-8"))
 
 
 class Translator:
@@ -58,6 +83,12 @@ class Translator:
         """Load a checkpoint folder written by `train` (the command line's default: runs/multi30k/best)."""
         device = torch.device(device) if device is not None else pick_device()
         return cls.from_loaded(*load_checkpoint(path, device), device)
+
+    @classmethod
+    def pretrained(cls, device: torch.device | str | None = None) -> "Translator":
+        """The book's own trained German-to-English translator: no training, and no network once
+        `transformer-book-pretrained` is installed."""
+        return cls.from_checkpoint(pretrained_checkpoint(), device)
 
     @classmethod
     def from_loaded(cls, model: Transformer, checkpoint: Checkpoint, device: torch.device | str) -> "Translator":
@@ -155,6 +186,30 @@ def evaluate(
         "brevity_penalty": score.bp, "length_ratio": score.sys_len / max(score.ref_len, 1),
         "hypotheses": hypotheses, "seconds": seconds,
     }
+
+# %% ../../../chapters/10_training_on_gpu.ipynb #c96b3669
+def paired_bootstrap(
+    baseline: list[str], other: list[str], references: list[str], samples: int = 1000
+) -> dict:
+    """sacreBLEU's paired bootstrap test of two systems' outputs for the same sources: their BLEU,
+    the 95% interval of `other`'s, and p, the chance of a difference at least this large when the two
+    are equally good (p above 0.05: within noise)."""
+    if not len(baseline) == len(other) == len(references) > 0:
+        raise ValueError(f"baseline, other and references must be equally long and not empty (one line per source "
+                         f"sentence); got {len(baseline)}, {len(other)} and {len(references)}")
+    if other == baseline:  # sacreBLEU would call even this difference of 0 significant
+        bleu = sacrebleu.BLEU().corpus_score(baseline, [references]).score
+        return {"bleu_baseline": bleu, "bleu_other": bleu, "difference": 0.0, "other_interval": None,
+                "p_value": 1.0}
+    test = PairedTest(
+        [("baseline", baseline), ("other", other)], {"BLEU": sacrebleu.BLEU(references=[references])},
+        references=None, test_type="bs", n_samples=samples,
+    )  # resamples drawn with sacreBLEU's fixed seed: the same numbers on every run
+    _, scores = test()
+    base, result = scores["BLEU"]
+    interval = (float(result.mean - result.ci), float(result.mean + result.ci))
+    return {"bleu_baseline": base.score, "bleu_other": result.score, "difference": result.score - base.score,
+            "other_interval": interval, "p_value": result.p_value}
 
 # %% ../../../chapters/10_training_on_gpu.ipynb #ecf94b1b
 @torch.no_grad()
