@@ -68,6 +68,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run", type=Path, help="a finished run folder of `train` (holds best/ and snapshots/)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="where to write checkpoint/ and record.json")
+    parser.add_argument("--trained-with", default=None,
+                        help="the commit whose code trained the run (default: this checkout's)")
+    parser.add_argument("--note", default=None, help="anything the record should say about the run's conditions")
     parser.add_argument("--sentences", type=int, default=None,
                         help="score only the first N sentences of each split, to try the tool (the book's record "
                              "scores them all)")
@@ -122,7 +125,8 @@ def main() -> None:
         "what": f"the book's own run of the {preset['name']} preset (seed {preset['seed']}), {direction}",
         "made_by": f"python -m transformer_book train --preset {preset['name']}, then tools/make_pretrained.py",
         "preset": preset["name"], "seed": preset["seed"], "direction": direction,
-        "machine": cpu_name(), "torch": torch.__version__, "transformer_book": __version__, "commit": commit,
+        "machine": cpu_name(), "torch": torch.__version__, "transformer_book": __version__,
+        "trained_with_commit": args.trained_with or commit, "made_with_commit": commit,
         "arithmetic": "float32" if record.amp == "None" else record.amp, "amp_rates": record.amp_rates,
         "steps": state.step, "epochs": state.epoch, "train_minutes": round(state.train_seconds / 60, 1),
         "target_tokens_per_s": round(state.tokens_seen / state.train_seconds),
@@ -142,6 +146,7 @@ def main() -> None:
                for a in LENGTH_PENALTIES if a != alpha},
             f"test beam: {other} against {chosen}": bootstrap(test[chosen, beam], test[other, beam], test_pairs),
         },
+        "note": args.note,
         "terms": MULTI30K_TERMS,
         "files": {str(p.relative_to(out)): file_sha256(p) for p in files},
         "bytes": {str(p.relative_to(out)): p.stat().st_size for p in files},
