@@ -136,3 +136,13 @@ def test_paired_bootstrap_tells_a_real_difference_from_noise():
 def test_paired_bootstrap_refuses_outputs_of_different_lengths():
     with pytest.raises(ValueError, match="equally long"):
         paired_bootstrap(REFERENCES[:-1], REFERENCES, REFERENCES)
+
+
+def test_the_distribution_ships_every_file_its_record_names():
+    import fnmatch
+    import tomllib
+
+    config = tomllib.loads((REPO_ROOT / "pretrained" / "pyproject.toml").read_text(encoding="utf-8"))
+    patterns = config["tool"]["setuptools"]["package-data"]["transformer_book_pretrained"]
+    left_out = [name for name in [*RECORD["files"], "record.json"] if not any(fnmatch.fnmatch(name, p) for p in patterns)]
+    assert not left_out, f"pretrained/pyproject.toml's package-data leaves out {left_out}"
