@@ -19,7 +19,8 @@ from ..decoding import beam_search, greedy_decode
 from ..masking import pad_sequences
 from ..model import Transformer
 from ..checks import check_choice, check_int
-from .presets import DIRECTIONS, pick_device
+from .precision import pick_device
+from .presets import DIRECTIONS
 from ..tokens import BOS_ID, EOS_ID, PAD_ID
 
 # %% ../../../chapters/10_training_on_gpu.ipynb #0689cc7c
