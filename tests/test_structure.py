@@ -149,8 +149,6 @@ STILL_TO_WRAP = {
     "recurrent": 37,
     "run.checkpoint": 49,
     "run.cli": 67,
-    "run.safefiles": 20,
-    "run.translate": 21,
     "seq2seq": 43,
 }
 

@@ -35,7 +35,6 @@ from ..training import LabelSmoothingLoss, TrainState, WarmupSchedule, fit
 from ..training import make_optimizer, set_seed
 from .translate import Translator
 
-
 # %% ../../../chapters/10_training_on_gpu.ipynb #1d6b9523
 def _discard(line: str) -> None:
     """The log of a run started without one, and of each process of a torchrun job but the
@@ -314,7 +313,6 @@ def save(run: Run, name: str, copy_now: bool = False) -> None:
     upkeep.copier.copy(now=copy_now)
     upkeep.save_seconds += time.perf_counter() - start
 
-
 # %% ../../../chapters/10_training_on_gpu.ipynb #4810c20d
 # `last/` is saved every this many updates and at the end: a crash costs at most these
 SAVE_EVERY_STEPS = 200
@@ -452,7 +450,6 @@ def finish(run: Run) -> None:
         upkeep.copier.copy(now=True)  # the finished run, best and last
     # every process returns once process 0 has written the run's last checkpoints
     upkeep.processes.barrier()
-
 
 # %% ../../../chapters/10_training_on_gpu.ipynb #b5e2c7a4
 def step_cost(model: Transformer, batch: Batch, loss_fn: nn.Module) -> dict[str, int]:

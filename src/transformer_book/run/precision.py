@@ -91,13 +91,14 @@ def pick_amp_dtype(device: torch.device, amp: str = "auto", rates: dict[str, flo
 # %% ../../../chapters/10_training_on_gpu.ipynb #8d2c4b17
 @dataclass(frozen=True)
 class Precision:
-    """The arithmetic a run computes in, chosen once: the autocast dtype, float16's gradient scaler, and
-    what a CPU measured to choose them."""
+    """The arithmetic a run computes in, chosen once: the autocast dtype, float16's gradient
+    scaler, and what a CPU measured to choose them."""
 
     amp_dtype: torch.dtype | None  # None: float32
     scaler: torch.amp.GradScaler | None  # float16 only
     rates: dict[str, float] | None = None  # GFLOP/s by dtype: "auto" on a CPU, at a run's start
-    # "auto" on a CPU, resumed: the run goes on in the arithmetic its record names, not a new measurement's
+    # "auto" on a CPU, resumed: the run goes on in the arithmetic its record names, not in a new
+    # measurement's
     as_recorded: bool = False
 
     def autocast(self, device: torch.device) -> AbstractContextManager:
@@ -105,18 +106,21 @@ class Precision:
         return autocast(device, self.amp_dtype)
 
     def resumed(self, recorded: str) -> "Precision":
-        """The arithmetic of a run resumed from a record whose `amp` is `recorded` (str of a dtype)."""
+        """The arithmetic of a run resumed from a record whose `amp` is `recorded` (a dtype's
+        str)."""
         if not self.as_recorded:
             return self
         # the arithmetic the run started with, so that it goes on with the same numbers
         return replace(self, amp_dtype={"torch.bfloat16": torch.bfloat16}.get(recorded))
 
 
-def choose_precision(device: torch.device, amp: str, d_model: int, d_ff: int, resuming: bool) -> Precision:
+def choose_precision(device: torch.device, amp: str, d_model: int, d_ff: int,
+                     resuming: bool) -> Precision:
     """The arithmetic of a run on `device` whose preset asks for `amp` (see pick_amp_dtype).
 
-    "auto" on a CPU times the model's product (cpu_matmul_rates at d_model x d_ff) when a run starts,
-    and not when it resumes: a resumed run keeps the arithmetic it started with (Precision.resumed).
+    "auto" on a CPU times the model's product (cpu_matmul_rates at d_model x d_ff) when a run
+    starts, and not when it resumes: a resumed run keeps the arithmetic it started with
+    (Precision.resumed).
     """
     probe = device.type == "cpu" and amp == "auto"
     rates = cpu_matmul_rates(d_model, d_ff) if probe and not resuming else None
