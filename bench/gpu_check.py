@@ -29,7 +29,8 @@ import torch
 
 from transformer_book import data
 from transformer_book.run.loop import train
-from transformer_book.run.presets import AMP_CHOICES, PRESETS, pick_amp_dtype
+from transformer_book.run.precision import AMP_CHOICES, pick_amp_dtype
+from transformer_book.run.presets import PRESETS
 
 
 def main(argv: list[str] | None = None) -> int:

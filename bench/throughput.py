@@ -32,7 +32,8 @@ from transformer_book.data import PAD_ID, SPECIAL_TOKENS
 from transformer_book.masking import causal_mask, make_batch
 from transformer_book.model import Transformer, TransformerConfig
 from transformer_book.run.loop import step_cost
-from transformer_book.run.presets import PRESETS, cpu_has_bfloat16, model_config
+from transformer_book.run.precision import cpu_has_bfloat16
+from transformer_book.run.presets import PRESETS, model_config
 from transformer_book.training import LabelSmoothingLoss, make_optimizer
 
 FIRST_WORD_ID = len(SPECIAL_TOKENS)  # random "words" start after <pad>, <s>, </s>, <unk>

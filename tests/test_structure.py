@@ -148,10 +148,7 @@ STILL_TO_WRAP = {
     "optim": 10,
     "recurrent": 37,
     "run.checkpoint": 49,
-    "run.cli": 67,
-    "run.loop": 46,
-    "run.safefiles": 20,
-    "run.translate": 21,
+    "run.cli": 65,
     "seq2seq": 43,
 }
 

@@ -20,12 +20,12 @@ from transformer_book.run import loop as run_module
 from transformer_book.run.checkpoint import RunRecord, average_checkpoints, load_checkpoint, save_checkpoint
 from transformer_book.run.cli import main as cli_main
 from transformer_book.run.loop import train
+from transformer_book.run.precision import pick_amp_dtype
 from transformer_book.run.presets import (
     PRESETS,
     choose_preset,
     in_direction,
     model_config,
-    pick_amp_dtype,
     preset_differences,
 )
 from transformer_book.run.translate import Translator, attention_weights, evaluate
@@ -59,7 +59,7 @@ def test_amp_auto_on_a_cpu_picks_what_the_probe_measured_faster(monkeypatch, flo
 
 
 def test_the_cpu_probe_is_short_measures_both_and_leaves_the_random_state_alone():
-    from transformer_book.run.presets import cpu_matmul_rates
+    from transformer_book.run.precision import cpu_matmul_rates
 
     before = torch.get_rng_state()
     start = time.perf_counter()

@@ -39,7 +39,8 @@ _MODULE_OF = {
     "PRESETS": "run.presets",
     "Preset": "run.presets",
     "choose_preset": "run.presets",
-    "pick_device": "run.presets",
+    "pick_device": "run.precision",
+    "Precision": "run.precision",
     "Translator": "run.translate",
     "pretrained_checkpoint": "run.translate",
     "train": "run.loop",
@@ -72,7 +73,8 @@ if TYPE_CHECKING:  # editors and type checkers see the names without running __g
     from .positional import LearnedPositionalEmbedding, PositionalEncoding, sinusoidal_encoding
     from .recurrent import GRUCell, LSTMCell, RNNCell
     from .run.loop import train
-    from .run.presets import PRESETS, Preset, choose_preset, pick_device
+    from .run.precision import Precision, pick_device
+    from .run.presets import PRESETS, Preset, choose_preset
     from .run.translate import Translator, pretrained_checkpoint
     from .seq2seq import AdditiveAttention, RecurrentSeq2Seq
     from .training import LabelSmoothingLoss, WarmupSchedule, fit
@@ -120,6 +122,7 @@ __all__ = [
     "Preset",
     "choose_preset",
     "pick_device",
+    "Precision",
     "Translator",
     "pretrained_checkpoint",
     "train",

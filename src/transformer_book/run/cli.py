@@ -92,17 +92,20 @@ def _check_checkpoint(checkpoint: str, average: int | None) -> None:
                          f"last N, or pass one of them, for example {snapshots[0]}")
 
 
-def _translator(checkpoint: str | None, average: int | None, allow_fewer: bool) -> tuple[Translator, int]:
+def _translator(
+    checkpoint: str | None, average: int | None, allow_fewer: bool
+) -> tuple[Translator, int]:
     """The Translator of a checkpoint folder, or of the mean of its last `average` snapshots, or (no
     checkpoint) the book's pretrained one; and its beam width."""
     if checkpoint is None:
         if average is not None or allow_fewer:
-            raise ValueError("--average and --allow-fewer need --checkpoint: a run's snapshots folder, for "
-                             "example runs/multi30k/snapshots")
+            raise ValueError("--average and --allow-fewer need --checkpoint: a run's snapshots "
+                             "folder, for example runs/multi30k/snapshots")
         checkpoint = str(pretrained_checkpoint())
         made = pretrained_record()
-        print(f"the book's pretrained translator ({made['preset']} preset; test BLEU {made['test_bleu_beam']:.1f} "
-              f"on {made['test_split']}); --checkpoint DIR translates with your own", file=sys.stderr)
+        print(f"the book's pretrained translator ({made['preset']} preset; test BLEU "
+              f"{made['test_bleu_beam']:.1f} on {made['test_split']}); --checkpoint DIR translates "
+              "with your own", file=sys.stderr)
     if allow_fewer and average is None:
         raise ValueError("--allow-fewer only goes with --average N (it lets N exceed the snapshots there are); "
                          "add --average N, or leave --allow-fewer out")
@@ -200,8 +203,8 @@ _DESCRIPTIONS = {
     "updates, on Ctrl-C and at the end); OUT/best (the weights with the best validation BLEU: all that translate "
     "and evaluate need); OUT/snapshots (the last epochs' weights, for --average). Multi30k is read from the folder "
     "$TRANSFORMER_BOOK_DATA names, else downloaded once into ~/.cache/transformer_book.",
-    "translate": "Translate sentences with a trained model (without --checkpoint, the book's pretrained one): "
-    "the arguments, else the lines of standard input. It "
+    "translate": "Translate sentences with a trained model (without --checkpoint, the book's "
+    "pretrained one): the arguments, else the lines of standard input. It "
     "prints one translation per line on standard output, in the order of the sentences.",
     "evaluate": "Translate a Multi30k split with a trained model and score it against the split's references with "
     "sacreBLEU. It prints one line: BLEU, lowercased BLEU, BLEU's brevity penalty and sacreBLEU's signature.",
@@ -255,16 +258,16 @@ def _parser() -> argparse.ArgumentParser:
     p = commands.add_parser("translate", help="translate sentences (arguments, or lines on stdin) with a trained "
                             "model", description=_DESCRIPTIONS["translate"], **command)
     p.add_argument("--checkpoint", type=_checkpoint_folder, default=None,
-                   help="a checkpoint folder, e.g. runs/multi30k/best; default: the book's pretrained "
-                        "translator (pip install \"transformer-book[pretrained]\")")
+                   help="a checkpoint folder, e.g. runs/multi30k/best; default: the book's "
+                        "pretrained translator (pip install \"transformer-book[pretrained]\")")
     _decoding_options(p)
     p.add_argument("sentences", nargs="*",
                    help="sentences in the run's source language (German unless trained en-de); none: stdin")
     p = commands.add_parser("evaluate", help="sacreBLEU of a checkpoint on a Multi30k split",
                             description=_DESCRIPTIONS["evaluate"], **command)
     p.add_argument("--checkpoint", type=_checkpoint_folder, default=None,
-                   help="a checkpoint folder, e.g. runs/multi30k/best; default: the book's pretrained "
-                        "translator (pip install \"transformer-book[pretrained]\")")
+                   help="a checkpoint folder, e.g. runs/multi30k/best; default: the book's "
+                        "pretrained translator (pip install \"transformer-book[pretrained]\")")
     p.add_argument("--split", default="test2016", choices=sorted(data.SPLITS), help="the Multi30k split to score")
     _decoding_options(p)
     return parser

@@ -2,7 +2,7 @@
 """The training run on Multi30k, as a few named steps (chapter 10)."""
 
 # %% auto #0
-__all__ = ['SAVE_EVERY_STEPS', 'train', 'train_epochs', 'RunData', 'prepare_data', 'EpochBatches', 'Run', 'build_or_resume', 'resume', 'save', 'after_step', 'evaluate_and_save', 'score_epoch', 'validation_loss', 'finish', 'step_cost']
+__all__ = ['SAVE_EVERY_STEPS', 'train', 'train_epochs', 'RunData', 'prepare_data', 'EpochBatches', 'RunSetup', 'Learner', 'Upkeep', 'Run', 'build_or_resume', 'resume', 'save', 'after_step', 'evaluate_and_save', 'score_epoch', 'validation_loss', 'finish', 'step_cost']
 
 # %% ../../../chapters/10_training_on_gpu.ipynb #9c3d2b47
 import time
@@ -26,18 +26,19 @@ from ..checks import check_choice, check_int
 from .distributed import Processes
 from ..masking import Batch, make_batch, pad_sequences
 from ..model import Transformer
-from .presets import AMP_CHOICES, Preset, choose_preset, in_direction
-from .presets import model_config, pick_amp_dtype
-from .presets import cpu_matmul_rates, pick_device, preset_differences
+from .precision import AMP_CHOICES, Precision, choose_precision, pick_device
+from .presets import Preset, choose_preset, in_direction
+from .presets import model_config, preset_differences
 from .stopping import INTERRUPTED, StopRequest
 from ..tokens import PAD_ID
-from ..training import LabelSmoothingLoss, TrainState, WarmupSchedule, autocast, fit
+from ..training import LabelSmoothingLoss, TrainState, WarmupSchedule, fit
 from ..training import make_optimizer, set_seed
 from .translate import Translator
 
 # %% ../../../chapters/10_training_on_gpu.ipynb #1d6b9523
 def _discard(line: str) -> None:
-    """The log of a run started without one, and of every process of a torchrun job but the first."""
+    """The log of a run started without one, and of each process of a torchrun job but the
+    first."""
 
 
 def train(
@@ -75,39 +76,42 @@ def train(
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     with runfolder.hold_run_folder(out) if processes.is_main else nullcontext():
-        copier = runfolder.RunCopier(out, copy_to)
+        upkeep = Upkeep(processes, runfolder.RunCopier(out, copy_to), log)
         # the session that wrote `out` is gone: go on from the copy
-        if processes.is_main and copier.restore():
+        if processes.is_main and upkeep.copier.restore():
             log(f"copied the run saved in {copy_to} to {out}")
         set_seed(preset.seed)
         corpus = prepare_data(preset, out, processes, root)
-        run = build_or_resume(preset, out, device, processes, corpus, copier, log)
+        run = build_or_resume(RunSetup(preset, out, device), corpus, upkeep)
         # the first Ctrl-C or SIGTERM asks to stop at the end of the update in progress
-        with run.stop:
+        with upkeep.stop:
             train_epochs(run, max_steps, progress)
             finish(run)  # a signal during the last saves waits for them too
-    if run.stop.requested or run.record.stopped == INTERRUPTED:
+    if upkeep.stop.requested or run.record.stopped == INTERRUPTED:
         # `last/` holds the update the request stopped at: now the interruption
-        run.stop.interrupt()
+        upkeep.stop.interrupt()
     return run.record
 
 
 def train_epochs(run: "Run", max_steps: int | None, progress: bool) -> None:
-    """Chapter 7's fit, from where the run stands to its last epoch, calling after_step and evaluate_and_save."""
+    """Chapter 7's fit, from where the run stands to its last epoch, calling after_step and
+    evaluate_and_save."""
     if run.record.stopped == "time limit":
         return  # a run the safety limit stopped stays stopped
     run.record.stopped = None
-    state = run.record.train_state
-    model, loss_fn = run.processes.wrap(run.model, run.loss_fn, run.device)
-    fit(model, run.batches, run.optimizer, loss_fn, device=run.device, epochs=run.preset.epochs,
-        scheduler=run.scheduler, amp_dtype=run.amp_dtype, scaler=run.scaler, state=state,
-        on_step_end=partial(after_step, run, max_steps), on_epoch_end=partial(evaluate_and_save, run),
-        progress=progress and run.processes.is_main)
+    setup, learner, processes = run.setup, run.learner, run.upkeep.processes
+    model, loss_fn = processes.wrap(learner.model, learner.loss_fn, setup.device)
+    precision = learner.precision
+    fit(model, run.batches, learner.optimizer, loss_fn, device=setup.device,
+        epochs=setup.preset.epochs, scheduler=learner.scheduler, amp_dtype=precision.amp_dtype,
+        scaler=precision.scaler, state=run.record.train_state,
+        on_step_end=partial(after_step, run, max_steps),
+        on_epoch_end=partial(evaluate_and_save, run), progress=progress and processes.is_main)
 
 # %% ../../../chapters/10_training_on_gpu.ipynb #c4e8a1f6
 @dataclass(frozen=True)
 class RunData:
-    """The sentence pairs of a run, encoded with its tokenizer."""
+    """What a run reads: the sentence pairs, encoded with its tokenizer."""
 
     # the run's tokenizer, with the SHA-256 its checkpoints record
     tokenizer: runfolder.RunTokenizer
@@ -116,7 +120,8 @@ class RunData:
     val_examples: list  # the same, encoded, for the validation loss
 
 
-def prepare_data(preset: Preset, out: Path, processes: Processes, root: str | Path | None = None) -> RunData:
+def prepare_data(preset: Preset, out: Path, processes: Processes,
+                 root: str | Path | None = None) -> RunData:
     """Multi30k's pairs, the run's tokenizer (trained once, then read back from the run folder),
     the pairs encoded."""
     train_pairs = in_direction(data.load_multi30k("train", root=root), preset.direction)
@@ -124,16 +129,19 @@ def prepare_data(preset: Preset, out: Path, processes: Processes, root: str | Pa
     if preset.train_subset is not None:
         train_pairs = train_pairs[: preset.train_subset]
     with processes.main_first():  # one process writes tokenizer.json, the others read it
-        tokenizer = runfolder.run_tokenizer(out, [s for pair in train_pairs for s in pair], preset.vocab_size)
-    encode = partial(data.encode_pairs, tokenizer=tokenizer.tokenizer, max_len=preset.max_sentence_tokens)
+        sentences = [s for pair in train_pairs for s in pair]
+        tokenizer = runfolder.run_tokenizer(out, sentences, preset.vocab_size)
+    encode = partial(data.encode_pairs, tokenizer=tokenizer.tokenizer,
+                     max_len=preset.max_sentence_tokens)
     examples, val_examples = encode(train_pairs), encode(val_pairs)
     # The ids checked once, here, against the vocabulary: the training step trusts them (chapter 7's
     # fit).
     vocab_size = tokenizer.tokenizer.get_vocab_size()
     ids = (i for pair in examples + val_examples for sentence in pair for i in sentence)
     if any(not 0 <= i < vocab_size for i in ids):
-        raise ValueError(f"the encoded pairs hold ids outside the vocabulary of {vocab_size}: {tokenizer.path} "
-                         f"does not belong to this data; move it away to train a new tokenizer")
+        raise ValueError(f"the encoded pairs hold ids outside the vocabulary of {vocab_size}: "
+                         f"{tokenizer.path} does not belong to this data; move it away to train "
+                         f"a new tokenizer")
     return RunData(tokenizer, examples, val_pairs, val_examples)
 
 
@@ -145,7 +153,8 @@ class EpochBatches(Sequence):
     def __init__(self, examples: list, preset: Preset, epoch: int, processes: Processes):
         # as batch_by_tokens measures them
         sizes = [max(len(src), len(tgt) - 1) for src, tgt in examples]
-        self.groups = data.token_buckets(sizes, preset.max_tokens, shuffle=True, seed=preset.seed, epoch=epoch)
+        self.groups = data.token_buckets(sizes, preset.max_tokens, shuffle=True, seed=preset.seed,
+                                         epoch=epoch)
         self.examples, self.processes = examples, processes
 
     def __len__(self) -> int:
@@ -154,80 +163,105 @@ class EpochBatches(Sequence):
     def __getitem__(self, index: int | slice) -> Batch | list[Batch]:
         if isinstance(index, slice):
             return [self[i] for i in range(*index.indices(len(self)))]
-        group = self.groups[index]
-        src = pad_sequences([torch.tensor(self.examples[i][0]) for i in group], PAD_ID)  # (B, T_src)
-        tgt = pad_sequences([torch.tensor(self.examples[i][1]) for i in group], PAD_ID)  # (B, T_tgt + 1)
+        pairs = [self.examples[i] for i in self.groups[index]]
+        src = pad_sequences([torch.tensor(s) for s, _ in pairs], PAD_ID)  # (B, T_src)
+        tgt = pad_sequences([torch.tensor(t) for _, t in pairs], PAD_ID)  # (B, T_tgt + 1)
         return self.processes.share([make_batch(src, tgt, PAD_ID)])[0]  # this process's share
 
 
-@dataclass
-class Run:
-    """A run while it trains: what the named steps of `train` read and update."""
+@dataclass(frozen=True)
+class RunSetup:
+    """What the run is: its preset, its folder and its device."""
 
     preset: Preset
     out: Path  # the run folder
     device: torch.device
-    processes: Processes
-    copier: runfolder.RunCopier  # copies to a second disk such as Google Drive, or to nowhere
-    log: Callable[[str], None]
-    corpus: RunData
+
+
+@dataclass(frozen=True)
+class Learner:
+    """What the run trains, and how: the model, Adam, the schedule, the loss, the arithmetic."""
+
     model: Transformer
     optimizer: torch.optim.Optimizer
     scheduler: WarmupSchedule
-    scaler: torch.amp.GradScaler | None  # float16 only
-    amp_dtype: torch.dtype | None  # None: float32
     loss_fn: nn.Module
-    record: RunRecord  # what checkpoint.json holds and train returns
-    tokens_counted: int = 0  # target tokens already in the record
-    saved_step: int = 0  # the step `last/` holds
-    save_seconds: float = 0.0  # time spent writing checkpoints, this run and the sessions before it
+    precision: Precision  # autocast's dtype and float16's gradient scaler
+
+
+@dataclass
+class Upkeep:
+    """What keeps the run safe and counted: its processes, copies, log, stop request and tallies."""
+
+    processes: Processes
+    copier: runfolder.RunCopier  # copies to a second disk such as Google Drive, or to nowhere
+    log: Callable[[str], None]
     # Ctrl-C or SIGTERM asked to stop (chapter 10a)
     stop: StopRequest = field(default_factory=StopRequest)
+    tokens_counted: int = 0  # target tokens already in the record
+    saved_step: int = 0  # the step `last/` holds
+    # time spent writing checkpoints, this run and the sessions before it
+    save_seconds: float = 0.0
+
+
+@dataclass
+class Run:
+    """A run while it trains: what the named steps of `train` read and update, by concern."""
+
+    setup: RunSetup
+    learner: Learner
+    corpus: RunData  # what it reads
+    upkeep: Upkeep
+    record: RunRecord  # what checkpoint.json holds and train returns
 
     def batches(self, epoch: int) -> EpochBatches:
-        """This process's batches of `epoch`: chapter 9's, the same again for the same seed and epoch."""
-        return EpochBatches(self.corpus.examples, self.preset, epoch, self.processes)
+        """This process's batches of `epoch`: chapter 9's, the same again for the same seed and
+        epoch."""
+        return EpochBatches(self.corpus.examples, self.setup.preset, epoch, self.upkeep.processes)
 
 
-def build_or_resume(preset: Preset, out: Path, device: torch.device, processes: Processes, corpus: RunData,
-                    copier: runfolder.RunCopier, log: Callable[[str], None]) -> Run:
-    """The model, Adam, the warm-up schedule and the loss; restored from `last/` when the run folder holds it."""
-    model = Transformer(model_config(preset, corpus.tokenizer.tokenizer.get_vocab_size())).to(device)
+def build_or_resume(setup: RunSetup, corpus: RunData, upkeep: Upkeep) -> Run:
+    """The model, Adam, the warm-up schedule and the loss; restored from `last/` when the run folder
+    holds it."""
+    (preset, out, device), log = (setup.preset, setup.out, setup.device), upkeep.log
+    vocab_size = corpus.tokenizer.tokenizer.get_vocab_size()
+    model = Transformer(model_config(preset, vocab_size)).to(device)
     optimizer = make_optimizer(model)
-    resuming, probe = runfolder.has_checkpoint(out), device.type == "cpu" and preset.amp == "auto"
-    rates = cpu_matmul_rates(preset.d_model, preset.d_ff) if probe and not resuming else None
-    # resumed: see below
-    amp_dtype = None if probe and resuming else pick_amp_dtype(device, preset.amp, rates)
-    scaler = torch.amp.GradScaler(device.type) if amp_dtype == torch.float16 else None
-    record = RunRecord(preset=asdict(preset), device=str(device), amp=str(amp_dtype), amp_rates=rates)
+    resuming = runfolder.has_checkpoint(out)
+    precision = choose_precision(device, preset.amp, preset.d_model, preset.d_ff, resuming)
+    record = RunRecord(preset=asdict(preset), device=str(device), amp=str(precision.amp_dtype),
+                       amp_rates=precision.rates)
     saved = 0
-    if rates is not None:
-        log(f"amp auto on this CPU: float32 {rates['float32']:,.0f} GFLOP/s, bfloat16 {rates['bfloat16']:,.0f} "
-            f"GFLOP/s at d_model {preset.d_model} x d_ff {preset.d_ff}: training in "
-            f"{'bfloat16' if amp_dtype else 'float32'}")
+    if (rates := precision.rates) is not None:
+        log(f"amp auto on this CPU: float32 {rates['float32']:,.0f} GFLOP/s, "
+            f"bfloat16 {rates['bfloat16']:,.0f} GFLOP/s at d_model {preset.d_model} x d_ff "
+            f"{preset.d_ff}: training in {'bfloat16' if precision.amp_dtype else 'float32'}")
     if resuming:
-        record, saved = resume(out, preset, model, optimizer, scaler, corpus.tokenizer, device, processes)
-        if probe:  # the arithmetic the run started with, so that it goes on with the same numbers
-            amp_dtype = {"torch.bfloat16": torch.bfloat16}.get(record.amp)
+        record, saved = resume(out, preset, model, optimizer, precision.scaler, corpus.tokenizer,
+                               device, upkeep.processes)
+        precision = precision.resumed(record.amp)
         state = record.train_state
         if record.is_complete():
-            log(f"the run in {out} is complete (step {state.step}, {state.epoch} epochs): nothing left to train")
+            log(f"the run in {out} is complete (step {state.step}, {state.epoch} epochs): "
+                f"nothing left to train")
         else:
-            log(f"resuming {out} at step {state.step} (epoch {state.epoch + 1}, batch {state.batch_in_epoch})")
+            log(f"resuming {out} at step {state.step} (epoch {state.epoch + 1}, "
+                f"batch {state.batch_in_epoch})")
     state = record.train_state
     # resumed in another number of processes
-    if processes.seed(preset.seed + state.step, saved) and saved:
-        log(f"{out} holds the random generators of {saved} process(es) and this run has {processes.world_size}: "
-            f"each reseeds, so dropout draws other masks than a run that never stopped")
+    if upkeep.processes.seed(preset.seed + state.step, saved) and saved:
+        log(f"{out} holds the random generators of {saved} process(es) and this run has "
+            f"{upkeep.processes.world_size}: each reseeds, so dropout draws other masks than a run "
+            f"that never stopped")
     # last_epoch = updates already made - 1: a resumed schedule continues where it stopped. Steps
     # whose update float16's scaler skipped did not advance it (chapter 7's train_step).
-    scheduler = WarmupSchedule(
-        optimizer, preset.d_model, preset.warmup_steps, preset.lr_factor, state.step - state.skipped_steps - 1
-    )
+    scheduler = WarmupSchedule(optimizer, preset.d_model, preset.warmup_steps, preset.lr_factor,
+                               state.step - state.skipped_steps - 1)
     loss_fn = LabelSmoothingLoss(preset.label_smoothing, ignore_index=PAD_ID)
-    saved_seconds = record.history[-1].get("save_seconds", 0.0) if record.history else 0.0
-    return Run(preset, out, device, processes, copier, log, corpus, model, optimizer, scheduler, scaler, amp_dtype,
-               loss_fn, record, tokens_counted=state.tokens_seen, saved_step=state.step, save_seconds=saved_seconds)
+    upkeep.tokens_counted, upkeep.saved_step = state.tokens_seen, state.step
+    upkeep.save_seconds = record.history[-1].get("save_seconds", 0.0) if record.history else 0.0
+    learner = Learner(model, optimizer, scheduler, loss_fn, precision)
+    return Run(setup, learner, corpus, upkeep, record)
 
 
 def resume(out: Path, preset: Preset, model: Transformer, optimizer: torch.optim.Optimizer,
@@ -240,37 +274,44 @@ def resume(out: Path, preset: Preset, model: Transformer, optimizer: torch.optim
     record = saved.record  # a ValueError naming what is missing when train() did not write it
     if saved.tokenizer_sha256 != tokenizer.sha256:
         raise ValueError(
-            f"{tokenizer.path} is not the tokenizer the run in {out} was trained with (its sha256 differs "
-            f"from {saved.path}/checkpoint.json's); put back {saved.path}/tokenizer.json, or start afresh"
+            f"{tokenizer.path} is not the tokenizer the run in {out} was trained with (its sha256 "
+            f"differs from {saved.path}/checkpoint.json's); put back {saved.path}/tokenizer.json, "
+            f"or start afresh"
         )
     if differences := preset_differences(record.preset, preset):
         raise ValueError(
-            f"{out} holds a run of preset {record.preset['name']!r} with other settings ({differences}); resume "
-            f"it with the same ones, or give another output folder"
+            f"{out} holds a run of preset {record.preset['name']!r} with other settings "
+            f"({differences}); resume it with the same ones, or give another output folder"
         )
     model.load_state_dict(saved_model.state_dict())
-    saved_processes = load_optimizer_state(optimizer, saved.path, device, processes.rank, processes.world_size)
+    saved_processes = load_optimizer_state(optimizer, saved.path, device, processes.rank,
+                                           processes.world_size)
     if scaler is not None and record.scaler is not None:
         scaler.load_state_dict(record.scaler)  # the loss scale float16 had settled on
     return record, saved_processes
 
 
 def save(run: Run, name: str, copy_now: bool = False) -> None:
-    """Save `last` (all that resuming needs) or `best` (weights only: all that translating needs)."""
+    """Save `last` (all that resuming needs) or `best` (weights only: all that translating
+    needs)."""
+    learner, upkeep = run.learner, run.upkeep
     # FloatingPointError, not a checkpoint, if a loss is not finite
     run.record.train_state.read_losses()
     # in every process: each hands over its random generators, and all know the step saved
     if name == "last":
-        run.saved_step, generators = run.record.train_state.step, run.processes.gather(random_state(run.device))
-    if not run.processes.is_main:
+        upkeep.saved_step, generators = (run.record.train_state.step,
+                                         upkeep.processes.gather(random_state(run.setup.device)))
+    if not upkeep.processes.is_main:
         return  # one writer: the processes hold the same weights
     start = time.perf_counter()
-    if run.scaler is not None:
-        run.record.scaler = run.scaler.state_dict()
-    save_checkpoint(run.out / name, run.model, run.optimizer if name == "last" else None, run.record,
-                    run.corpus.tokenizer.path, generators if name == "last" else None)
-    run.copier.copy(now=copy_now)  # seldom: on Google Drive every replaced copy goes to the trash
-    run.save_seconds += time.perf_counter() - start
+    if learner.precision.scaler is not None:
+        run.record.scaler = learner.precision.scaler.state_dict()
+    last = name == "last"
+    save_checkpoint(run.setup.out / name, learner.model, learner.optimizer if last else None,
+                    run.record, run.corpus.tokenizer.path, generators if last else None)
+    # seldom: on Google Drive every replaced copy goes to the trash
+    upkeep.copier.copy(now=copy_now)
+    upkeep.save_seconds += time.perf_counter() - start
 
 # %% ../../../chapters/10_training_on_gpu.ipynb #4810c20d
 # `last/` is saved every this many updates and at the end: a crash costs at most these
@@ -280,25 +321,30 @@ SAVE_EVERY_STEPS = 200
 def after_step(run: Run, max_steps: int | None, state: TrainState) -> bool:
     """After each update: the whole batch's loss in the record, `last` now and then; True to stop
     (at the time limit, at max_steps, or when Ctrl-C or SIGTERM asked: each saves `last` first)."""
-    preset = run.preset
-    over_time = preset.time_limit_minutes is not None and state.train_seconds > 60 * preset.time_limit_minutes
-    loss, tokens, (over_time, asked) = run.processes.agree(
-        state.losses[-1], state.tokens_seen - run.tokens_counted, (over_time, run.stop.requested), run.device
+    preset, upkeep = run.setup.preset, run.upkeep
+    limit = preset.time_limit_minutes
+    over_time = limit is not None and state.train_seconds > 60 * limit
+    loss, tokens, (over_time, asked) = upkeep.processes.agree(
+        state.losses[-1], state.tokens_seen - upkeep.tokens_counted,
+        (over_time, upkeep.stop.requested), run.setup.device,
     )  # in several processes: the whole batch's numbers, and each reason to stop for all if for one
-    state.losses[-1], state.tokens_seen = loss, run.tokens_counted + tokens
-    run.tokens_counted = state.tokens_seen
+    state.losses[-1], state.tokens_seen = loss, upkeep.tokens_counted + tokens
+    upkeep.tokens_counted = state.tokens_seen
     if over_time or asked or (max_steps is not None and state.step >= max_steps):
-        run.record.stopped = "time limit" if over_time else INTERRUPTED if asked else f"max_steps={max_steps}"
+        run.record.stopped = ("time limit" if over_time else INTERRUPTED if asked
+                              else f"max_steps={max_steps}")
         if over_time:
-            run.log(f"stopped by the safety limit of {preset.time_limit_minutes:g} minutes of training at update "
-                    f"{state.step}, in epoch {state.epoch + 1} of {preset.epochs}: at "
-                    f"{state.tokens_seen / state.train_seconds:,.0f} target tokens a second this machine is too "
-                    f"slow for the whole budget, so the model is less trained and its BLEU lower than the book's")
+            upkeep.log(f"stopped by the safety limit of {limit:g} minutes of training at update "
+                       f"{state.step}, in epoch {state.epoch + 1} of {preset.epochs}: at "
+                       f"{state.tokens_seen / state.train_seconds:,.0f} target tokens a second "
+                       f"this machine is too slow for the whole budget, so the model is less "
+                       f"trained and its BLEU lower than the book's")
         elif asked:
-            run.log(f"stopping at the end of update {state.step}, as asked: saving it (a second Ctrl-C stops now)")
+            upkeep.log(f"stopping at the end of update {state.step}, as asked: saving it (a second "
+                       f"Ctrl-C stops now)")
         save(run, "last", copy_now=True)
         return True
-    if state.step - run.saved_step >= SAVE_EVERY_STEPS:
+    if state.step - upkeep.saved_step >= SAVE_EVERY_STEPS:
         save(run, "last")
     return False
 
@@ -312,84 +358,98 @@ def evaluate_and_save(run: Run, state: TrainState) -> None:
     no save of `last/` each. Whatever `last/` records is already on disk: snapshots and `best/` are
     written when their epoch ends.
     """
-    if not run.processes.is_main:
+    upkeep, preset, out = run.upkeep, run.setup.preset, run.setup.out
+    if not upkeep.processes.is_main:
         return  # the others wait for it at the next step
     scores = score_epoch(run, state)
     run.record.history.append(scores)
-    run.log(
-        f"epoch {scores['epoch']:5.2f}  train loss {scores['train_loss']:.3f}  val loss {scores['val_loss']:.3f}  "
-        f"val BLEU {scores['val_bleu']:5.2f}  {state.train_seconds / 60:5.1f} min  "
+    upkeep.log(
+        f"epoch {scores['epoch']:5.2f}  train loss {scores['train_loss']:.3f}  "
+        f"val loss {scores['val_loss']:.3f}  val BLEU {scores['val_bleu']:5.2f}  "
+        f"{state.train_seconds / 60:5.1f} min  "
         f"{state.tokens_seen / state.train_seconds:,.0f} target tokens/s"
-        + (f"  {state.skipped_steps} updates skipped by the float16 scaler" if state.skipped_steps else "")
+        + (f"  {state.skipped_steps} updates skipped by the float16 scaler"
+           if state.skipped_steps else "")
     )
     # the time limit stopped this epoch: its weights are the last there are
     cut_short = state.batch_in_epoch > 0
     # averaged at the end
-    if cut_short or state.epoch > run.preset.epochs - run.preset.average_last:
+    if cut_short or state.epoch > preset.epochs - preset.average_last:
         start = time.perf_counter()
-        if run.scaler is not None:
-            run.record.scaler = run.scaler.state_dict()  # the record as `last/` will hold it
-        save_checkpoint(runfolder.snapshot_path(run.out, state.step), run.model, None, run.record,
-                        run.corpus.tokenizer.path)
-        runfolder.prune_snapshots(run.out, run.preset.average_last)
-        run.save_seconds += time.perf_counter() - start
+        scaler = run.learner.precision.scaler
+        if scaler is not None:
+            run.record.scaler = scaler.state_dict()  # the record as `last/` will hold it
+        save_checkpoint(runfolder.snapshot_path(out, state.step), run.learner.model, None,
+                        run.record, run.corpus.tokenizer.path)
+        runfolder.prune_snapshots(out, preset.average_last)
+        upkeep.save_seconds += time.perf_counter() - start
     if scores["val_bleu"] >= max(r["val_bleu"] for r in run.record.history):
         save(run, "best")
     # every checkpoint written up to the end of this epoch
-    scores["save_seconds"] = run.save_seconds
+    scores["save_seconds"] = upkeep.save_seconds
 
 
 def score_epoch(run: Run, state: TrainState) -> dict:
     """An epoch's entry of the history: losses, a quick greedy validation BLEU, times."""
     start = time.perf_counter()
-    sample = run.corpus.val_pairs[: run.preset.val_bleu_sentences]
-    translator = Translator(run.model, run.corpus.tokenizer.tokenizer, run.device)
+    preset, device, corpus = run.setup.preset, run.setup.device, run.corpus
+    sample = corpus.val_pairs[: preset.val_bleu_sentences]
+    translator = Translator(run.learner.model, corpus.tokenizer.tokenizer, device)
     hypotheses = translator.translate([src for src, _ in sample], beam_size=1)
     bleu = sacrebleu.corpus_bleu(hypotheses, [[tgt for _, tgt in sample]]).score
     cut_short = state.batch_in_epoch > 0  # scored when the time limit stopped an epoch midway
     steps = state.batch_in_epoch if cut_short else len(run.batches(state.epoch - 1))
-    epoch = state.epoch + state.batch_in_epoch / len(run.batches(state.epoch)) if cut_short else state.epoch
-    val_loss = validation_loss(run.model, run.corpus.val_examples, run.preset, run.device, run.amp_dtype,
-                               run.loss_fn)
+    if cut_short:
+        epoch = state.epoch + state.batch_in_epoch / len(run.batches(state.epoch))
+    else:
+        epoch = state.epoch
+    val_loss = validation_loss(run.learner, corpus.val_examples, preset.max_tokens, device)
     return {
-        "epoch": round(epoch, 2), "step": state.step, "train_loss": sum(state.losses[-steps:]) / steps,
-        "val_loss": val_loss, "val_bleu": bleu, "train_seconds": state.train_seconds,
-        "tokens_seen": state.tokens_seen, "skipped_steps": state.skipped_steps,
-        "eval_seconds": time.perf_counter() - start, "save_seconds": run.save_seconds,
+        "epoch": round(epoch, 2), "step": state.step,
+        "train_loss": sum(state.losses[-steps:]) / steps, "val_loss": val_loss, "val_bleu": bleu,
+        "train_seconds": state.train_seconds, "tokens_seen": state.tokens_seen,
+        "skipped_steps": state.skipped_steps, "eval_seconds": time.perf_counter() - start,
+        "save_seconds": run.upkeep.save_seconds,
     }
 
 
 @torch.no_grad()
-def validation_loss(model, examples, preset: Preset, device, amp_dtype, loss_fn) -> float:
-    """Mean loss per target token over encoded examples, in eval mode (no dropout)."""
+def validation_loss(learner: Learner, examples: list, max_tokens: int,
+                    device: torch.device) -> float:
+    """Mean loss per target token over encoded examples, in eval mode (no dropout), in the run's
+    arithmetic."""
+    model, loss_fn = learner.model, learner.loss_fn
     model.eval()
     total, tokens = 0.0, 0
-    for batch in data.batch_by_tokens(examples, preset.max_tokens, shuffle=False):
+    for batch in data.batch_by_tokens(examples, max_tokens, shuffle=False):
         batch = batch.to(device)
-        with autocast(device, amp_dtype):
-            logits = model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)  # (B, T_tgt, vocab_size)
+        with learner.precision.autocast(device):
+            # (B, T_tgt, vocab_size)
+            logits = model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)
         total += loss_fn(logits, batch.tgt_out).item() * batch.num_tokens
         tokens += batch.num_tokens
     return total / tokens
 
 
 def finish(run: Run) -> None:
-    """Score an epoch the time limit cut short, save `last`, make sure `best` exists, copy the run, let all go."""
-    state = run.record.train_state
-    scored_now = run.record.stopped == "time limit" and state.batch_in_epoch > 0 and not run.record.scored_partial
+    """Score an epoch the time limit cut short, save `last`, make sure `best` exists, copy the run,
+    let all go."""
+    state, record, upkeep = run.record.train_state, run.record, run.upkeep
+    scored_now = (record.stopped == "time limit" and state.batch_in_epoch > 0
+                  and not record.scored_partial)
     if scored_now:
-        run.record.scored_partial = True
+        record.scored_partial = True
         evaluate_and_save(run, state)  # the unfinished epoch: it may be the best model
-    if not (run.out / "best").exists():
+    if not (run.setup.out / "best").exists():
         save(run, "best")
-    if scored_now or run.saved_step != state.step:
+    if scored_now or upkeep.saved_step != state.step:
         save(run, "last")  # the finished run: a new call of train finds it complete
-        if run.record.history:
-            run.record.history[-1]["save_seconds"] = run.save_seconds
-    if run.processes.is_main:
-        run.copier.copy(now=True)  # the finished run, best and last
+        if record.history:
+            record.history[-1]["save_seconds"] = upkeep.save_seconds
+    if upkeep.processes.is_main:
+        upkeep.copier.copy(now=True)  # the finished run, best and last
     # every process returns once process 0 has written the run's last checkpoints
-    run.processes.barrier()
+    upkeep.processes.barrier()
 
 # %% ../../../chapters/10_training_on_gpu.ipynb #b5e2c7a4
 def step_cost(model: Transformer, batch: Batch, loss_fn: nn.Module) -> dict[str, int]:

@@ -18,7 +18,8 @@ from ..hashing import sha256_bytes
 
 # %% ../../../chapters/10a_engineering_the_run.ipynb #10b00053
 class ChangedDuringRead(ValueError):
-    """A file's SHA-256 differs from checkpoint.json's: damaged, or replaced by a save while it was read."""
+    """A file's SHA-256 differs from checkpoint.json's: damaged, or replaced by a save while it was
+    read."""
 
 
 @contextmanager
@@ -40,7 +41,8 @@ def lock_file(path: Path, wait: bool, folder: bool = False) -> Iterator[int | No
     except OSError as error:
         if path.is_symlink():
             raise OSError(
-                f"{path} is a symbolic link; a lock file is never one: delete the link and run again"
+                f"{path} is a symbolic link; a lock file is never one: delete the link and run "
+                f"again"
             ) from None
         raise OSError(
             f"cannot open the lock file {path} ({error.strerror}); check the folder's permissions"
@@ -52,7 +54,8 @@ def lock_file(path: Path, wait: bool, folder: bool = False) -> Iterator[int | No
         os.close(fd)  # closing the file releases the lock, and so does the end of the process
 
 
-def read_plain(path: Path, max_bytes: int, what: str, too_large: type[ValueError] = ValueError) -> bytes:
+def read_plain(path: Path, max_bytes: int, what: str,
+               too_large: type[ValueError] = ValueError) -> bytes:
     """The bytes of the file `path`, refused before reading when it is not a plain file or holds
     over max_bytes.
 
@@ -63,11 +66,12 @@ def read_plain(path: Path, max_bytes: int, what: str, too_large: type[ValueError
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise ValueError(f"{path} is not a plain file (a folder, a FIFO or a device); replace it with the "
-                             f"file a save writes, or train again")
+            raise ValueError(f"{path} is not a plain file (a folder, a FIFO or a device); "
+                             f"replace it with the file a save writes, or train again")
         if info.st_size > max_bytes:
-            raise too_large(f"{path} holds {info.st_size:,} bytes, more than {what} ({max_bytes:,}); it is "
-                             f"not the file a save wrote: replace it, or train again")
+            raise too_large(f"{path} holds {info.st_size:,} bytes, more than {what} "
+                            f"({max_bytes:,}); it is not the file a save wrote: replace it, or "
+                            f"train again")
         with os.fdopen(os.dup(fd), "rb") as handle:
             # never more than the limit, even if the file grows meanwhile
             return handle.read(max_bytes + 1)
@@ -82,7 +86,8 @@ MAX_RECORD_BYTES = 16 << 20
 
 
 def _digest(info: dict) -> str:
-    """The SHA-256 of a record in one fixed form (sorted keys, no spaces): the same for the same values."""
+    """The SHA-256 of a record in one fixed form (sorted keys, no spaces): the same for the same
+    values."""
     return sha256_bytes(json.dumps(info, sort_keys=True, separators=(",", ":")).encode("utf-8"))
 
 
@@ -92,7 +97,8 @@ def seal(info: dict) -> str:
 
 
 def unseal(raw: bytes, file: Path) -> dict:
-    """The record in the bytes of checkpoint.json `file`; a ValueError naming the file unless its seal holds."""
+    """The record in the bytes of checkpoint.json `file`; a ValueError naming the file unless its
+    seal holds."""
     try:
         info = json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:
@@ -101,30 +107,36 @@ def unseal(raw: bytes, file: Path) -> dict:
         ) from None
     except (json.JSONDecodeError, RecursionError) as error:
         reason = "nested too deeply" if isinstance(error, RecursionError) else str(error)
-        raise ValueError(f"{file} is not valid JSON ({reason}); the copy may be cut short: copy it again") from None
+        raise ValueError(f"{file} is not valid JSON ({reason}); the copy may be cut short: copy it "
+                         f"again") from None
     if not isinstance(info, dict):
-        kind = {type(None): "null", bool: "boolean", int: "number", float: "number", str: "string", list: "array"}
-        raise ValueError(f"{file} holds a JSON {kind[type(info)]}, not a checkpoint's record; train again")
+        kind = {type(None): "null", bool: "boolean", int: "number", float: "number", str: "string",
+                list: "array"}
+        raise ValueError(f"{file} holds a JSON {kind[type(info)]}, not a checkpoint's record; "
+                         f"train again")
     sealed = info.pop(SEAL_KEY, None)
     if sealed is None:
-        raise ValueError(f"{file} has no {SEAL_KEY!r}: an older version wrote it, or the key is damaged; "
-                         f"train again with this version (or load it with the version that wrote it)")
+        raise ValueError(f"{file} has no {SEAL_KEY!r}: an older version wrote it, or the key is "
+                         f"damaged; train again with this version (or load it with the version "
+                         f"that wrote it)")
     if sealed != _digest(info):
-        raise ValueError(f"{file} was changed after it was saved (its {SEAL_KEY} does not match the rest): it is "
-                         f"damaged or was edited; use the copy on Drive or {file.parent.name}.old, or train again")
+        raise ValueError(f"{file} was changed after it was saved (its {SEAL_KEY} does not match "
+                         f"the rest): it is damaged or was edited; use the copy on Drive or "
+                         f"{file.parent.name}.old, or train again")
     return info
 
 
 def read_record(folder: Path) -> dict:
-    """checkpoint.json of a checkpoint folder: read within its size limit, unsealed, its list of files checked."""
+    """checkpoint.json of a checkpoint folder: read within its size limit, unsealed, its list of
+    files checked."""
     file = folder / "checkpoint.json"
     info = unseal(read_plain(file, MAX_RECORD_BYTES, "a checkpoint.json ever holds"), file)
     files, sizes = info.get("files"), info.get("sizes")
     if not (isinstance(files, dict) and isinstance(sizes, dict) and files.keys() == sizes.keys()
             and all(isinstance(v, str) for v in files.values())
             and all(type(v) is int and v >= 0 for v in sizes.values())):
-        raise ValueError(f"{file} does not list the folder's files with their SHA-256 and size ('files', "
-                         f"'sizes'): save_checkpoint did not write it; train again")
+        raise ValueError(f"{file} does not list the folder's files with their SHA-256 and size "
+                         f"('files', 'sizes'): save_checkpoint did not write it; train again")
     return info
 
 
@@ -137,15 +149,19 @@ def read_verified(folder: Path, name: str, info: dict) -> bytes:
     """
     file = folder / name
     if name not in info["files"]:
-        raise ValueError(f"{folder / 'checkpoint.json'} does not list {name}: copy the checkpoint folder whole")
+        raise ValueError(f"{folder / 'checkpoint.json'} does not list {name}: copy the checkpoint "
+                         f"folder whole")
     try:
-        raw = read_plain(file, info["sizes"][name], "its checkpoint.json records", ChangedDuringRead)
+        raw = read_plain(file, info["sizes"][name], "its checkpoint.json records",
+                         ChangedDuringRead)
     except FileNotFoundError:
-        raise FileNotFoundError(f"{file} is missing: copy the checkpoint folder whole, or train again") from None
+        raise FileNotFoundError(f"{file} is missing: copy the checkpoint folder whole, or train "
+                                f"again") from None
     if len(raw) != info["sizes"][name] or sha256_bytes(raw) != info["files"][name]:
         raise ChangedDuringRead(
-            f"{file} is not the file its checkpoint.json records (size or sha256 differs): it is damaged, or comes "
-            f"from another save; use {folder.name}.old next to it if there is one, or train again"
+            f"{file} is not the file its checkpoint.json records (size or sha256 differs): it is "
+            f"damaged, or comes from another save; use {folder.name}.old next to it if there is "
+            f"one, or train again"
         )
     return raw
 

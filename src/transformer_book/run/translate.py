@@ -23,7 +23,8 @@ from ..decoding import beam_search, greedy_decode
 from ..masking import pad_sequences
 from ..model import Transformer
 from ..checks import check_choice, check_int
-from .presets import DIRECTIONS, pick_device
+from .precision import pick_device
+from .presets import DIRECTIONS
 from ..tokens import BOS_ID, EOS_ID, PAD_ID
 
 # %% ../../../chapters/10_training_on_gpu.ipynb #0689cc7c
@@ -69,18 +70,22 @@ class Translator:
             and hasattr(model, "config") and hasattr(model, "encoder")
         )
         if not is_transformer or not isinstance(tokenizer, Tokenizer):
-            raise TypeError(f"model and tokenizer must be a Transformer and a tokenizers.Tokenizer (to load both "
-                            f"from a checkpoint: Translator.from_checkpoint(path)); got {type(model).__name__} "
-                            f"and {type(tokenizer).__name__}")
-        self.device = torch.device(device) if device is not None else next(model.parameters()).device
+            raise TypeError(f"model and tokenizer must be a Transformer and a tokenizers.Tokenizer "
+                            f"(to load both from a checkpoint: Translator.from_checkpoint(path)); "
+                            f"got {type(model).__name__} and {type(tokenizer).__name__}")
+        if device is None:
+            device = next(model.parameters()).device
+        self.device = torch.device(device)
         self.model, self.tokenizer = model.to(self.device), tokenizer
         self.batch_size = check_int("batch_size", batch_size)  # sentences decoded together
         self.direction = check_choice("direction", direction, DIRECTIONS)  # source-target languages
         self.max_src_tokens = model.config.max_len - 1  # room for EOS
 
     @classmethod
-    def from_checkpoint(cls, path: str | Path, device: torch.device | str | None = None) -> "Translator":
-        """Load a checkpoint folder written by `train` (the command line's default: runs/multi30k/best)."""
+    def from_checkpoint(cls, path: str | Path,
+                        device: torch.device | str | None = None) -> "Translator":
+        """Load a checkpoint folder written by `train` (the command line's default:
+        runs/multi30k/best)."""
         device = torch.device(device) if device is not None else pick_device()
         return cls.from_loaded(*load_checkpoint(path, device), device)
 
@@ -91,15 +96,16 @@ class Translator:
         return cls.from_checkpoint(pretrained_checkpoint(), device)
 
     @classmethod
-    def from_loaded(cls, model: Transformer, checkpoint: Checkpoint, device: torch.device | str) -> "Translator":
+    def from_loaded(cls, model: Transformer, checkpoint: Checkpoint,
+                    device: torch.device | str) -> "Translator":
         """The Translator of a model and the Checkpoint load_checkpoint returned with it
         (its verified tokenizer)."""
         tokenizer = checkpoint.tokenizer
         if tokenizer.get_vocab_size() != model.config.src_vocab_size:
             raise ValueError(
                 f"the tokenizer has {tokenizer.get_vocab_size()} tokens but the model expects "
-                f"{model.config.src_vocab_size}: they come from different runs; use the tokenizer.json saved "
-                f"in the same checkpoint folder"
+                f"{model.config.src_vocab_size}: they come from different runs; use the "
+                f"tokenizer.json saved in the same checkpoint folder"
             )
         # the run's settings, when train() wrote the checkpoint
         preset = checkpoint.info.get("preset")
@@ -107,12 +113,14 @@ class Translator:
         return cls(model.eval(), tokenizer, device, direction=direction)
 
     def _encode(self, sentence: str) -> list[int]:
-        """Subword ids of one sentence plus EOS, cut to the model's longest source (with a warning)."""
+        """Subword ids of one sentence plus EOS, cut to the model's longest source (with a
+        warning)."""
         ids = data.encode(self.tokenizer, sentence)
         if len(ids) > self.max_src_tokens:
             warnings.warn(
                 f"a sentence of {len(ids)} subword tokens is longer than the model's limit of "
-                f"{self.max_src_tokens}; it was truncated (split long texts into sentences)", stacklevel=3,
+                f"{self.max_src_tokens}; it was truncated (split long texts into sentences)",
+                stacklevel=3,
             )
             ids = ids[: self.max_src_tokens]
         return ids + [EOS_ID]
@@ -129,31 +137,40 @@ class Translator:
         """
         if isinstance(sentences, str):
             return self.translate([sentences], beam_size, max_new_tokens, length_penalty)[0]
-        if not isinstance(sentences, (list, tuple)) or not all(isinstance(s, str) for s in sentences):
+        if not isinstance(sentences, (list, tuple)) or not all(isinstance(s, str)
+                                                                for s in sentences):
             raise TypeError(
                 f"sentences must be a str or a list of str; got {type(sentences).__name__} "
                 f"{sentences!r:.80}; decode bytes first, for example with .decode('utf-8')"
             )
         # more hypotheses than tokens cannot differ
         widest = min(MAX_BEAM_SIZE, self.tokenizer.get_vocab_size())
-        check_int("beam_size", beam_size, maximum=widest, hint="1 is greedy decoding; BLEU stops rising by a beam "
-                  "of 8, and each hypothesis costs as much memory as a sentence")
+        check_int("beam_size", beam_size, maximum=widest,
+                  hint="1 is greedy decoding; BLEU stops rising by a beam of 8, and each "
+                  "hypothesis costs as much memory as a sentence")
         longest = self.model.config.max_len - 1  # positions 0 .. max_len - 1, BOS included
-        if max_new_tokens is not None and not 1 <= check_int("max_new_tokens", max_new_tokens) <= longest:
-            raise ValueError(f"max_new_tokens must be between 1 and {longest} for this model; got {max_new_tokens}")
+        if max_new_tokens is not None and not (
+            1 <= check_int("max_new_tokens", max_new_tokens) <= longest
+        ):
+            raise ValueError(f"max_new_tokens must be between 1 and {longest} for this model; "
+                             f"got {max_new_tokens}")
         results = [""] * len(sentences)
-        todo = sorted(((i, self._encode(s)) for i, s in enumerate(sentences) if s.strip()), key=lambda t: len(t[1]))
+        todo = sorted(((i, self._encode(s)) for i, s in enumerate(sentences) if s.strip()),
+                      key=lambda t: len(t[1]))
         # a wide beam: fewer sentences
         per_batch = max(1, min(self.batch_size, MAX_HYPOTHESES // beam_size))
         for start in range(0, len(todo), per_batch):
             chunk = todo[start : start + per_batch]
-            src = pad_sequences([torch.tensor(ids) for _, ids in chunk], PAD_ID).to(self.device)  # (B, T_src)
+            src = pad_sequences([torch.tensor(ids) for _, ids in chunk], PAD_ID)
+            src = src.to(self.device)  # (B, T_src)
             # Each sentence's own cap, its length + 50 new tokens: its output never depends on its
             # batch.
-            limits = torch.tensor([max_new_tokens or min(len(ids) + 50, longest) for _, ids in chunk])  # (B,)
+            caps = [max_new_tokens or min(len(ids) + 50, longest) for _, ids in chunk]
+            limits = torch.tensor(caps)  # (B,)
             limit = int(limits.max())
             if beam_size == 1:
-                out = greedy_decode(self.model, src, limit, BOS_ID, EOS_ID, limits=limits)  # (B, 1 + T_out)
+                # (B, 1 + T_out)
+                out = greedy_decode(self.model, src, limit, BOS_ID, EOS_ID, limits=limits)
             else:
                 out = beam_search(
                     self.model, src, beam_size, limit, BOS_ID, EOS_ID, length_penalty, limits=limits
@@ -164,7 +181,8 @@ class Translator:
 
 # %% ../../../chapters/10_training_on_gpu.ipynb #c96b3668
 def evaluate(
-    translator: Translator, pairs: list[tuple[str, str]], beam_size: int = 4, length_penalty: float = 0.6
+    translator: Translator, pairs: list[tuple[str, str]], beam_size: int = 4,
+    length_penalty: float = 0.6,
 ) -> dict:
     """sacreBLEU of the translations of `pairs` against their raw references, plus the lowercased
     score.
@@ -173,7 +191,8 @@ def evaluate(
     and the length ratio output / references that sets it.
     """
     start = time.perf_counter()
-    hypotheses = translator.translate([src for src, _ in pairs], beam_size=beam_size, length_penalty=length_penalty)
+    hypotheses = translator.translate([src for src, _ in pairs], beam_size=beam_size,
+                                      length_penalty=length_penalty)
     seconds = time.perf_counter() - start
     references = [[tgt for _, tgt in pairs]]
     bleu = sacrebleu.BLEU()
@@ -182,7 +201,8 @@ def evaluate(
     lowercase = lowercase_bleu.corpus_score(hypotheses, references)
     return {
         "bleu": score.score, "signature": str(bleu.get_signature()),
-        "bleu_lowercase": lowercase.score, "signature_lowercase": str(lowercase_bleu.get_signature()),
+        "bleu_lowercase": lowercase.score,
+        "signature_lowercase": str(lowercase_bleu.get_signature()),
         "brevity_penalty": score.bp, "length_ratio": score.sys_len / max(score.ref_len, 1),
         "hypotheses": hypotheses, "seconds": seconds,
     }
@@ -232,7 +252,8 @@ def attention_weights(model: Transformer, src: torch.Tensor, tgt_in: torch.Tenso
     try:
         model.eval()(src, tgt_in)
         kwargs = {k: v for k, v in captured["kwargs"].items() if k != "cache"}
-        _, weights = module(*captured["args"], **{**kwargs, "need_weights": True})  # (B, H, T_q, T_k)
+        # (B, H, T_q, T_k)
+        _, weights = module(*captured["args"], **{**kwargs, "need_weights": True})
     finally:
         handle.remove()
         model.train(was_training)
