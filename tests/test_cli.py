@@ -319,3 +319,48 @@ def test_a_beam_wider_than_the_vocabulary_or_the_bound_is_refused_at_once(run, c
     # before: --beam-size 100000 (vocabulary 60 here) ran on past 90 s and toward gigabytes
     err = _error(capsys, ["translate", "--checkpoint", str(run / "best"), "--beam-size", beam, "ein hund"])
     assert "beam_size must be an int from 1 to" in err and beam in err
+
+
+def _read_only(monkeypatch, folder: Path) -> None:
+    """Make `folder` refuse new, removed and renamed entries, as mode 555 does for a user (root ignores the
+    mode bits, so the tests running as root simulate it); files already there can still be written."""
+    folder = folder.resolve()
+
+    def refuse(path, dir_fd=None):
+        where = Path(os.readlink(f"/proc/self/fd/{dir_fd}")) / path if dir_fd is not None else Path(path)
+        if Path(os.path.abspath(where)).parent == folder:
+            raise PermissionError(13, "Permission denied", str(where))
+
+    def guard(call, *paths):
+        def guarded(*args, dir_fd=None, **kwargs):
+            for index in paths:
+                refuse(args[index], dir_fd)
+            return call(*args, dir_fd=dir_fd, **kwargs) if dir_fd is not None else call(*args, **kwargs)
+        return guarded
+
+    real_open = os.open
+
+    def opened(path, flags, *args, dir_fd=None, **kwargs):
+        where = Path(os.readlink(f"/proc/self/fd/{dir_fd}")) / path if dir_fd is not None else Path(path)
+        if flags & os.O_CREAT and not where.exists():
+            refuse(path, dir_fd)
+        return real_open(path, flags, *args, dir_fd=dir_fd, **kwargs)
+
+    monkeypatch.setattr(os, "open", opened)
+    for name in ("mkdir", "unlink", "remove", "rmdir"):
+        monkeypatch.setattr(os, name, guard(getattr(os, name), 0))
+    for name in ("rename", "replace"):
+        real = getattr(os, name)
+        monkeypatch.setattr(os, name, lambda a, b, *, _real=real, **k: (refuse(a), refuse(b), _real(a, b, **k))[2])
+
+
+@pytest.mark.parametrize("folder", [".", "last", "best"])
+def test_a_read_only_run_folder_is_refused_before_anything_is_trained_or_renamed(run, capsys, monkeypatch, folder):
+    # before: train resumed, trained a whole epoch, and left last.old or best.old behind (or failed at the first save)
+    (run / ".lock").touch()  # a run trained there before
+    before = {p.relative_to(run): p.stat().st_mtime_ns for p in run.rglob("*")}
+    _read_only(monkeypatch, run / folder)
+    err = _error(capsys, ["train", "--preset", "smoke", "--out", str(run)])
+    assert f"cannot write in {(run / folder).resolve()}" in err and "give that as --out" in err, err
+    monkeypatch.undo()
+    assert {p.relative_to(run): p.stat().st_mtime_ns for p in run.rglob("*")} == before  # nothing written

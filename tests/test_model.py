@@ -507,3 +507,21 @@ def test_a_config_of_a_notebook_s_own_copy_of_the_class_is_accepted():
     src, tgt = torch.randint(4, 40, (2, 5)), torch.randint(4, 40, (2, 4))
     assert_close(copy(src, tgt), model(src, tgt))
     assert isinstance(to_torch_transformer(copy), nn.Transformer)
+
+
+def test_an_odd_head_size_works_in_the_base_model_and_is_refused_only_where_rotary_needs_pairs():
+    # The probe's TransformerConfig(d_model=18, num_heads=2), heads of 9 features, is not refused on purpose: the
+    # base model's sinusoidal encoding pairs features across d_model (even here), and nothing splits a head in two.
+    model = small_model(d_model=18, num_heads=2).eval()
+    src = torch.randint(3, 40, (2, 5))
+    assert model(src, src).isfinite().all()
+    from transformer_book.layers import RotaryMultiHeadAttention  # rotary rotates pairs within each head
+    with pytest.raises(ValueError, match=r"head size d_model / num_heads = 18 / 2 must be even, because rotary"):
+        RotaryMultiHeadAttention(18, 2)
+
+
+def test_a_padding_mask_on_another_device_than_the_source_is_refused_by_name():
+    model, src = small_model().eval(), torch.randint(3, 40, (2, 5))
+    mask = (src != PAD_ID)[:, None, None, :].to("meta")  # (B, 1, 1, T_src)
+    with pytest.raises(ValueError, match=r"mask is on the device meta, but the attention's inputs are on cpu"):
+        model(src, src, src_mask=mask)

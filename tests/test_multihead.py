@@ -296,3 +296,12 @@ def test_three_dimensional_per_example_mask_is_refused():
     x = torch.randn(4, 5, 16)
     with pytest.raises(ValueError, match=r"3-D mask \(4, 5, 5\) is ambiguous.*mask\[:, None\]"):
         layer(x, x, x, mask=torch.ones(4, 5, 5, dtype=torch.bool))
+
+
+def test_a_mask_on_another_device_than_the_input_is_refused_by_name():
+    # before: a mask on the meta device reached PyTorch's fused attention, which returned uninitialised memory
+    layer, x = MultiHeadAttention(8, 2), torch.randn(2, 5, 8)
+    mask = torch.ones(5, 5, dtype=torch.bool, device="meta")
+    with pytest.raises(ValueError, match=r"mask is on the device meta, but the attention's inputs are on cpu; "
+                                         r"move it there: mask\.to\('cpu'\)"):
+        layer(x, x, x, mask=mask)

@@ -242,3 +242,11 @@ def test_an_epochs_batches_are_made_lazily_and_equal_chapter_9s():
             assert made.num_tokens == expected.num_tokens
             for name in ("src", "tgt_in", "tgt_out", "src_mask", "tgt_mask"):
                 assert torch.equal(getattr(made, name), getattr(expected, name)), (epoch, name)
+
+
+def test_a_log_that_is_not_a_function_is_refused_before_anything_is_made(tmp_path):
+    # before: train(log='print') prepared the data and built the model, then failed at the first line it logged
+    with pytest.raises(TypeError, match=r"log must be a function that receives each line, such as print "
+                                        r"\(pass print itself, not its name\); got 'print' of type str"):
+        train("smoke", tmp_path / "run", log="print")
+    assert not (tmp_path / "run").exists()

@@ -656,3 +656,11 @@ def test_fit_reads_nothing_back_inside_a_step():
     # back every read_every steps, 50 by default, and at the end of the epoch, after the last step here).
     per_step = host_reads_per_step(8)
     assert sum(places.total() for places in per_step) <= 1, per_step
+
+
+@pytest.mark.parametrize("dtype", [torch.long, torch.int32, torch.bool])
+def test_label_smoothing_refuses_logits_that_are_not_floating_point(dtype):
+    # before: integer logits were turned into float32 and gave a loss that nothing could learn from
+    logits, target = torch.ones(2, 3, 5, dtype=dtype), torch.ones(2, 3, dtype=torch.long)
+    with pytest.raises(TypeError, match=rf"logits must be floating-point scores .*; got dtype {dtype}"):
+        LabelSmoothingLoss()(logits, target)

@@ -151,8 +151,10 @@ def check_token_ids(name: str, tokens: object, vocab_size: int | None = None) ->
 
 
 def check_mask(mask: Tensor, scores_shape: torch.Size,
-               shapes_to_use: str = "(..., L_q, L_k) or one with 1s to broadcast") -> None:
-    """A boolean mask (True = may attend) that broadcasts to the attention scores (..., L_q, L_k).
+               shapes_to_use: str = "(..., L_q, L_k) or one with 1s to broadcast",
+               device: torch.device | None = None) -> None:
+    """A boolean mask (True = may attend) that broadcasts to the attention scores (..., L_q, L_k)
+    and, given `device`, lies on the inputs' device.
 
     shapes_to_use names, in the error, the shapes that fit the caller.
     """
@@ -171,3 +173,7 @@ def check_mask(mask: Tensor, scores_shape: torch.Size,
             f"mask of shape {tuple(mask.shape)} does not broadcast to the attention scores of shape "
             f"{tuple(scores_shape)}; give it shape {shapes_to_use}"
         )
+    # PyTorch's fused attention reads a mask on another device (meta) as uninitialised memory
+    if device is not None and mask.device != device:
+        raise ValueError(f"mask is on the device {mask.device}, but the attention's inputs are on "
+                         f"{device}; move it there: mask.to('{device}')")

@@ -36,7 +36,8 @@ def check_layer_mask(layer: "MultiHeadAttention", mask: Tensor, q: Tensor, k: Te
             f"the heads; give a per-example mask a head axis, mask[:, None], shape (B, 1, L_q, L_k)"
         )
     scores_shape = torch.Size((q.size(0), layer.num_heads, q.size(2), k.size(2)))  # (B, H, L_q, L_k)
-    check_mask(mask, scores_shape, "(L_q, L_k), (B, 1, 1, L_k) or (B, 1, L_q, L_k), for (B, H, L_q, L_k)")
+    check_mask(mask, scores_shape, "(L_q, L_k), (B, 1, 1, L_k) or (B, 1, L_q, L_k), for (B, H, L_q, L_k)",
+               q.device)
 
 # %% ../../chapters/03_multi_head_attention.ipynb #f5e84503
 class MultiHeadAttention(nn.Module):

@@ -48,6 +48,9 @@ def _check_loss_inputs(logits: Tensor, target: Tensor) -> None:
             f"logits (..., vocab_size) and target (...) must agree on the leading dimensions; "
             f"got logits {tuple(logits.shape)} and target {tuple(target.shape)}"
         )
+    if not logits.dtype.is_floating_point:
+        raise TypeError(f"logits must be floating-point scores (a model's output); got dtype {logits.dtype}; "
+                        f"use logits.float() if these are scores")
     if target.dtype.is_floating_point or target.dtype.is_complex or target.dtype == torch.bool:
         raise TypeError(
             f"target must hold integer class ids (torch.long); got dtype {target.dtype}"

@@ -22,7 +22,7 @@ from . import runfolder
 from .checkpoint import RunRecord, load_checkpoint, load_optimizer_state
 from .checkpoint import save_checkpoint
 from .checkpoint import random_state
-from ..checks import check_choice, check_int
+from ..checks import check_choice, check_int, check_type
 from .distributed import Processes
 from ..masking import Batch, make_batch, pad_sequences
 from ..model import Transformer
@@ -64,6 +64,9 @@ def train(
     """
     if max_steps is not None:
         check_int("max_steps", max_steps)
+    if log is not None:
+        check_type("log", log, Callable, "a function that receives each line, such as print",
+                   hint="pass print itself, not its name")
     processes = Processes.current()  # this process alone, or one of torchrun's
     if log is None or not processes.is_main:  # process 0 alone logs
         log = _discard

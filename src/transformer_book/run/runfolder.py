@@ -5,7 +5,8 @@
 # %% auto #0
 __all__ = ['MAX_TOKENIZER_BYTES', 'COPY_EVERY_MINUTES', 'existing', 'has_checkpoint', 'snapshot_path', 'last_snapshots',
            'prune_snapshots', 'repair_run_folder', 'refuse_inside_a_checkpoint', 'refuse_a_damaged_run_folder',
-           'hold_run_folder', 'RunTokenizer', 'read_tokenizer', 'run_tokenizer', 'copy_run', 'RunCopier']
+           'refuse_a_read_only_run_folder', 'hold_run_folder', 'RunTokenizer', 'read_tokenizer', 'run_tokenizer',
+           'copy_run', 'RunCopier']
 
 # %% ../../../chapters/10a_engineering_the_run.ipynb #10b00004
 import os
@@ -135,6 +136,26 @@ def refuse_a_damaged_run_folder(out: Path) -> None:
         )
 
 
+def refuse_a_read_only_run_folder(out: Path) -> None:
+    """Refuse a run folder where a save could not write, before training: each folder that saves
+    write in gets a file made and removed, its times put back (os.access says yes to root, whom a
+    read-only disk stops all the same)."""
+    names = ("last", "last.old", "best", "best.old", "snapshots")
+    for folder in [out, *(out / name for name in names), *sorted(out.glob("snapshots/step-*"))]:
+        if not folder.is_dir():
+            continue
+        times = folder.stat()
+        try:
+            fd, probe = tempfile.mkstemp(prefix=".write-test-", suffix=".tmp", dir=folder)
+            os.close(fd)
+            os.unlink(probe)
+            os.utime(folder, ns=(times.st_atime_ns, times.st_mtime_ns))
+        except OSError as error:
+            raise OSError(f"cannot write in {folder} ({error.strerror}), where training saves the run: "
+                          f"make it writable (chmod -R u+w {out}), or copy the run folder to a disk you "
+                          f"can write to and give that as --out") from None
+
+
 @contextmanager
 def hold_run_folder(out: Path) -> Iterator[None]:
     """Hold an exclusive lock on a run folder while training in it: a second training there fails at
@@ -145,6 +166,7 @@ def hold_run_folder(out: Path) -> Iterator[None]:
     refuse_inside_a_checkpoint(out)
     # before the lock file is written: a refused command changes nothing
     refuse_a_damaged_run_folder(out)
+    refuse_a_read_only_run_folder(out)
     with ExitStack() as held:
         try:
             fd = held.enter_context(lock_file(out / ".lock", wait=False))
