@@ -27,7 +27,7 @@ from .precision import pick_device
 from .presets import DIRECTIONS
 from ..tokens import BOS_ID, EOS_ID, PAD_ID
 
-# %% ../../../chapters/10_training_on_gpu.ipynb #0689cc7c
+# %% ../../../chapters/10_training_on_gpu.ipynb #c10p0003
 # validation BLEU stops rising by a beam of 8 (this chapter's exercises): wider only costs
 MAX_BEAM_SIZE = 64
 # sentences x beam decoded at once (64 x 16): a wider beam decodes fewer sentences together
@@ -54,7 +54,7 @@ def pretrained_record() -> dict:
     """What the pretrained translator's record says: the run that made it and its test BLEU."""
     return json.loads((pretrained_checkpoint().parent / "record.json").read_text(encoding="utf-8"))
 
-
+# %% ../../../chapters/10_training_on_gpu.ipynb #0689cc7c
 class Translator:
     """A trained model with its tokenizer: German sentences in, English sentences out (or, for a run
     trained with direction "en-de", the other way)."""
@@ -91,8 +91,7 @@ class Translator:
 
     @classmethod
     def pretrained(cls, device: torch.device | str | None = None) -> "Translator":
-        """The book's own trained German-to-English translator: no training, and no network once
-        `transformer-book-pretrained` is installed."""
+        """The book's own trained translator: pip install "transformer-book[pretrained]"."""
         return cls.from_checkpoint(pretrained_checkpoint(), device)
 
     @classmethod
