@@ -142,8 +142,6 @@ def test_module_holds_at_most_400_lines_of_code(path):
 STILL_TO_WRAP = {
     "decoding": 46,
     "optim": 10,
-    "run.checkpoint": 49,
-    "run.cli": 65,
     "seq2seq": 28,
 }
 
