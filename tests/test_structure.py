@@ -140,16 +140,9 @@ def test_module_holds_at_most_400_lines_of_code(path):
 # statements were wrapped to 100 columns), with their count of long lines then: mostly long message strings. A count
 # may only fall; a module leaves the list once it fits. Wrap them when you next edit their chapter.
 STILL_TO_WRAP = {
-    "attention": 8,
-    "checks": 16,
     "decoding": 46,
-    "masking": 18,
-    "multihead": 10,
     "optim": 10,
-    "recurrent": 37,
-    "run.checkpoint": 49,
-    "run.cli": 65,
-    "seq2seq": 43,
+    "seq2seq": 28,
 }
 
 

@@ -15,11 +15,15 @@ from .checks import check_mask
 __all__ = ['check_attention_inputs', 'scaled_dot_product_attention']
 
 # %% ../../chapters/02_attention.ipynb #4ab55d3b
-def check_attention_inputs(query: Tensor, key: Tensor, value: Tensor, dropout: nn.Module | None = None) -> None:
-    """Raise ValueError/TypeError, naming what was seen, when the inputs cannot be attended together."""
+def check_attention_inputs(
+    query: Tensor, key: Tensor, value: Tensor, dropout: nn.Module | None = None
+) -> None:
+    """Raise ValueError/TypeError, naming what was seen, when the inputs cannot
+    be attended together."""
     for name, tensor in (("query", query), ("key", key), ("value", value)):
         if not isinstance(tensor, Tensor):
-            raise TypeError(f"{name} must be a tensor (..., length, features); got {type(tensor).__name__}")
+            raise TypeError(f"{name} must be a tensor (..., length, features); got "
+                            f"{type(tensor).__name__}")
     if query.dim() < 2 or key.dim() < 2 or value.dim() < 2:
         raise ValueError(
             f"query, key and value need at least 2 dimensions (..., length, features); got shapes "
@@ -27,26 +31,26 @@ def check_attention_inputs(query: Tensor, key: Tensor, value: Tensor, dropout: n
         )
     if query.size(-1) != key.size(-1):
         raise ValueError(
-            f"query and key must share their last dimension d_k; got query {tuple(query.shape)} and key "
-            f"{tuple(key.shape)}"
+            "query and key must share their last dimension d_k; got query "
+            f"{tuple(query.shape)} and key {tuple(key.shape)}"
         )
     if key.size(-2) != value.size(-2):
         raise ValueError(
-            f"key and value must have the same length L_k (dimension -2); got key {tuple(key.shape)} and "
-            f"value {tuple(value.shape)}"
+            "key and value must have the same length L_k (dimension -2); got key "
+            f"{tuple(key.shape)} and value {tuple(value.shape)}"
         )
     try:
         torch.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])
     except RuntimeError:
         raise ValueError(
-            f"the leading (batch) dimensions of query {tuple(query.shape)}, key {tuple(key.shape)} and value "
-            f"{tuple(value.shape)} do not broadcast; make them equal or 1"
+            f"the leading (batch) dimensions of query {tuple(query.shape)}, key {tuple(key.shape)} "
+            f"and value {tuple(value.shape)} do not broadcast; make them equal or 1"
         ) from None
     dtypes = {query.dtype, key.dtype, value.dtype}
     if len(dtypes) > 1 or not query.dtype.is_floating_point:
         raise TypeError(
-            f"query, key and value must share one floating-point dtype; got {query.dtype}, {key.dtype} and "
-            f"{value.dtype}; convert them, for example with .float()"
+            f"query, key and value must share one floating-point dtype; got {query.dtype}, "
+            f"{key.dtype} and {value.dtype}; convert them, for example with .float()"
         )
     if dropout is not None and not isinstance(dropout, nn.Module):
         raise TypeError(

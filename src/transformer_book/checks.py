@@ -24,11 +24,15 @@ def _fix(hint: str) -> str:
     return f" ({hint})" if hint else ""
 
 
-def check_type(name: str, value: object, types: type | tuple[type, ...], what: str, hint: str = "") -> object:
-    """Return `value` if it is an instance of `types` (a type or a tuple of types); `what` names them in words."""
+def check_type(
+    name: str, value: object, types: type | tuple[type, ...], what: str, hint: str = ""
+) -> object:
+    """Return `value` if it is an instance of `types`
+    (a type or a tuple of types); `what` names them in words."""
     if not isinstance(value, types):
         shown = " ".join(repr(value).split())[:80]  # a tensor's repr spans lines
-        raise TypeError(f"{name} must be {what}{_fix(hint)}; got {shown} of type {type(value).__name__}")
+        raise TypeError(f"{name} must be {what}{_fix(hint)}; got {shown} of type "
+                        f"{type(value).__name__}")
     return value
 
 
@@ -39,10 +43,14 @@ def check_bool(name: str, value: object) -> bool:
     return value
 
 
-def check_int(name: str, value: object, minimum: int | None = 1, maximum: int | None = None, hint: str = "") -> int:
-    """Return `value` if it is an int (a bool is not) from `minimum` to `maximum` (None: no bound that side)."""
+def check_int(
+    name: str, value: object, minimum: int | None = 1, maximum: int | None = None, hint: str = ""
+) -> int:
+    """Return `value` if it is an int (a bool is not) from `minimum` to
+    `maximum` (None: no bound that side)."""
     if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int{_fix(hint)}; got {value!r} of type {type(value).__name__}")
+        raise TypeError(f"{name} must be an int{_fix(hint)}; got {value!r} of type "
+                        f"{type(value).__name__}")
     if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
         bounds = f">= {minimum}" if maximum is None else f"<= {maximum}" if minimum is None else (
             f"from {minimum} to {maximum}")
@@ -50,7 +58,9 @@ def check_int(name: str, value: object, minimum: int | None = 1, maximum: int | 
     return value
 
 
-def _bounds(above: float | None, at_least: float | None, below: float | None, at_most: float | None) -> str:
+def _bounds(
+    above: float | None, at_least: float | None, below: float | None, at_most: float | None
+) -> str:
     """The bounds in words: "> 0", ">= 0", "in (0, 1]", or "" for none."""
     low = ("(", above) if above is not None else ("[", at_least) if at_least is not None else None
     high = (")", below) if below is not None else ("]", at_most) if at_most is not None else None
@@ -74,7 +84,8 @@ def check_number(
     bounds = _bounds(above, at_least, below, at_most)
     what = f"a number {bounds}" if "," in bounds else f"a finite number {bounds}".rstrip()
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be {what}{_fix(hint)}; got {value!r} of type {type(value).__name__}")
+        raise TypeError(f"{name} must be {what}{_fix(hint)}; got {value!r} of type "
+                        f"{type(value).__name__}")
     # an int always is; math.isfinite overflows on 10**400
     finite = isinstance(value, int) or math.isfinite(value)
     inside = ((above is None or value > above) and (at_least is None or value >= at_least)
@@ -90,7 +101,8 @@ def check_probability(name: str, value: object, hint: str = "0.0 switches it off
 
 
 def check_even(name: str, value: object, why: str, hint: str = "") -> int:
-    """Return `value` if it is an even int >= 2; `why` says what needs it even, `hint` what to change."""
+    """Return `value` if it is an even int >= 2; `why` says what needs it even,
+    `hint` what to change."""
     check_int(name, value)
     if value % 2 != 0:
         fix = hint or f"use an even size such as {value + 1}"
@@ -112,8 +124,8 @@ def check_heads(d_model: int, num_heads: int) -> None:
     if d_model % num_heads != 0:
         divisors = [n for n in range(1, min(d_model, 64) + 1) if d_model % n == 0]
         raise ValueError(
-            f"d_model ({d_model}) must be divisible by num_heads ({num_heads}) so that every head gets "
-            f"d_model / num_heads features; try num_heads in {divisors}"
+            f"d_model ({d_model}) must be divisible by num_heads ({num_heads}) so that "
+            f"every head gets d_model / num_heads features; try num_heads in {divisors}"
         )
 
 
@@ -132,21 +144,26 @@ def check_token_ids(name: str, tokens: object, vocab_size: int | None = None) ->
     decoding step.
     """
     if not isinstance(tokens, Tensor):
-        raise TypeError(f"{name} must be a tensor of token ids of shape (B, T); got {type(tokens).__name__}")
+        raise TypeError(f"{name} must be a tensor of token ids of shape (B, T); got "
+                        f"{type(tokens).__name__}")
     if tokens.dim() != 2:
         raise ValueError(
-            f"{name} must have shape (B, T); got {tuple(tokens.shape)}; for a single sequence use {name}[None]"
+            f"{name} must have shape (B, T); got {tuple(tokens.shape)}; for a "
+            f"single sequence use {name}[None]"
         )
     if tokens.dtype not in TOKEN_ID_DTYPES:
-        raise TypeError(f"{name} must hold integer token ids (torch.long); got dtype {tokens.dtype}; use .long()")
+        raise TypeError(f"{name} must hold integer token ids (torch.long); got "
+                        f"dtype {tokens.dtype}; use .long()")
     if tokens.size(0) == 0 or tokens.size(1) == 0:
-        raise ValueError(f"{name} is empty, shape {tuple(tokens.shape)}; pass at least one sequence of one token")
+        raise ValueError(f"{name} is empty, shape {tuple(tokens.shape)}; pass at "
+                         "least one sequence of one token")
     if vocab_size is not None:
         low, high = id_range(tokens)
         if low < 0 or high >= vocab_size:
             raise ValueError(
-                f"{name} holds token ids from {low} to {high}, but the vocabulary has {vocab_size} tokens (ids 0 "
-                f".. {vocab_size - 1}); encode the text with the vocabulary the model was built for"
+                f"{name} holds token ids from {low} to {high}, but the vocabulary "
+                f"has {vocab_size} tokens (ids 0 .. {vocab_size - 1}); encode the "
+                "text with the vocabulary the model was built for"
             )
 
 
@@ -170,8 +187,8 @@ def check_mask(mask: Tensor, scores_shape: torch.Size,
         shape = None
     if shape != scores_shape:
         raise ValueError(
-            f"mask of shape {tuple(mask.shape)} does not broadcast to the attention scores of shape "
-            f"{tuple(scores_shape)}; give it shape {shapes_to_use}"
+            f"mask of shape {tuple(mask.shape)} does not broadcast to the attention "
+            f"scores of shape {tuple(scores_shape)}; give it shape {shapes_to_use}"
         )
     # PyTorch's fused attention reads a mask on another device (meta) as uninitialised memory
     if device is not None and mask.device != device:

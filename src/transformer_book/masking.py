@@ -26,24 +26,26 @@ def pad_sequences(sequences: Sequence[Tensor], pad_id: int) -> Tensor:
         raise ValueError("pad_sequences needs at least one sequence; got an empty list")
     for i, seq in enumerate(sequences):
         if not isinstance(seq, Tensor):
-            raise TypeError(f"sequence {i} must be a 1-D tensor of token ids; got {type(seq).__name__}")
+            raise TypeError(f"sequence {i} must be a 1-D tensor of token ids; got "
+                            f"{type(seq).__name__}")
         if seq.dim() != 1 or seq.numel() == 0:
             raise ValueError(
                 f"sequence {i} must be a non-empty 1-D tensor; got shape {tuple(seq.shape)}"
             )
         if seq.dtype != sequences[0].dtype:
             raise TypeError(
-                f"all sequences must share one dtype; sequence 0 is {sequences[0].dtype} but sequence {i} is "
-                f"{seq.dtype}; convert them with .long()"
+                f"all sequences must share one dtype; sequence 0 is {sequences[0].dtype} "
+                f"but sequence {i} is {seq.dtype}; convert them with .long()"
             )
     if sequences[0].dtype not in TOKEN_ID_DTYPES:
         raise TypeError(
-            f"sequences must hold integer token ids (torch.long or torch.int32); got dtype {sequences[0].dtype}; "
-            f"convert them with .long()"
+            "sequences must hold integer token ids (torch.long or torch.int32); got "
+            f"dtype {sequences[0].dtype}; convert them with .long()"
         )
     first = sequences[0]
     out = torch.full(
-        (len(sequences), max(len(s) for s in sequences)), pad_id, dtype=first.dtype, device=first.device
+        (len(sequences), max(len(s) for s in sequences)), pad_id,
+        dtype=first.dtype, device=first.device
     )  # (B, T_max)
     for i, seq in enumerate(sequences):
         out[i, : len(seq)] = seq
@@ -73,11 +75,12 @@ def causal_mask(size: int, device: torch.device | str | None = None) -> Tensor:
     try:
         size = operator.index(size)
     except TypeError:
-        raise TypeError(f"size must be an integer sequence length; got {type(size).__name__} {size!r}") from None
+        raise TypeError("size must be an integer sequence length; got "
+                        f"{type(size).__name__} {size!r}") from None
     if size < 1:
         raise ValueError(
-            f"size must be a positive sequence length; got {size}; pass the number of positions, tokens.size(1), "
-            f"and leave empty sequences out of the batch"
+            f"size must be a positive sequence length; got {size}; pass the number "
+            "of positions, tokens.size(1), and leave empty sequences out of the batch"
         )
     # (T, T): allowed[i, j] = j <= i
     return torch.ones(size, size, dtype=torch.bool, device=device).tril()
@@ -85,7 +88,8 @@ def causal_mask(size: int, device: torch.device | str | None = None) -> Tensor:
 # %% ../../chapters/05_masking.ipynb #ba8b32e0
 @dataclass
 class Batch:
-    """One training batch for an encoder-decoder: tgt_in is the target shifted right (teacher forcing)."""
+    """One training batch for an encoder-decoder: tgt_in is the target shifted right
+    (teacher forcing)."""
 
     src: Tensor  # (B, T_src)
     tgt_in: Tensor  # (B, T_tgt): BOS y_1 ... y_{n}
@@ -123,15 +127,17 @@ def make_batch(src: Tensor, tgt: Tensor, pad_id: int) -> Batch:
     check_int("pad_id", pad_id, minimum=0)
     if src.size(0) != tgt.size(0):
         raise ValueError(
-            f"src and tgt must hold the same number of sentences (dimension 0); got src {tuple(src.shape)} "
-            f"and tgt {tuple(tgt.shape)}"
+            "src and tgt must hold the same number of sentences (dimension 0); got "
+            f"src {tuple(src.shape)} and tgt {tuple(tgt.shape)}"
         )
     if tgt.size(1) < 2:
         raise ValueError(
-            f"tgt must have at least 2 columns (BOS ... EOS) so that it can be shifted; got {tuple(tgt.shape)}"
+            "tgt must have at least 2 columns (BOS ... EOS) so that it can be "
+            f"shifted; got {tuple(tgt.shape)}"
         )
     tgt_in, tgt_out = tgt[:, :-1], tgt[:, 1:]  # (B, T_tgt) each: predict token t+1 from tokens <= t
-    tgt_mask = padding_mask(tgt_in, pad_id) & causal_mask(tgt_in.size(1), tgt.device)  # (B, 1, T_tgt, T_tgt)
+    tgt_mask = (padding_mask(tgt_in, pad_id)
+                & causal_mask(tgt_in.size(1), tgt.device))  # (B, 1, T_tgt, T_tgt)
     return Batch(
         src=src,
         tgt_in=tgt_in,
@@ -145,19 +151,22 @@ def make_batch(src: Tensor, tgt: Tensor, pad_id: int) -> Batch:
 def _check_pair_sentence(sentence: Tensor, which: str, specials: Tensor) -> None:
     check_type(which, sentence, Tensor, "a non-empty 1-D tensor of token ids")
     if sentence.dim() != 1 or sentence.numel() == 0:
-        raise ValueError(f"{which} must be a non-empty 1-D tensor of token ids; got {tuple(sentence.shape)}")
+        raise ValueError(f"{which} must be a non-empty 1-D tensor of token ids; got "
+                         f"{tuple(sentence.shape)}")
     if sentence.dtype not in TOKEN_ID_DTYPES:
-        raise TypeError(f"{which} must hold integer token ids (torch.long); got dtype {sentence.dtype}")
+        raise TypeError(f"{which} must hold integer token ids (torch.long); got "
+                        f"dtype {sentence.dtype}")
     found = sentence[torch.isin(sentence, specials.to(sentence.device))]
     if found.numel() > 0:
         raise ValueError(
-            f"{which} contains the special id {int(found[0])} ([CLS], [SEP] or padding); pass the sentence's "
-            f"own tokens only, bert_pair_input adds the special tokens"
+            f"{which} contains the special id {int(found[0])} ([CLS], [SEP] or padding); "
+            "pass the sentence's own tokens only, bert_pair_input adds the special tokens"
         )
 
 
 def bert_pair_input(
-    first: Sequence[Tensor], second: Sequence[Tensor] | None = None, *, cls_id: int, sep_id: int, pad_id: int
+    first: Sequence[Tensor], second: Sequence[Tensor] | None = None, *,
+    cls_id: int, sep_id: int, pad_id: int
 ) -> tuple[Tensor, Tensor, Tensor]:
     """BERT's input for B sentence pairs, [CLS] A [SEP] B [SEP], or single sentences, [CLS] A [SEP],
     padded right.
@@ -169,13 +178,14 @@ def bert_pair_input(
     """
     if second is not None and len(first) != len(second):
         raise ValueError(
-            f"first and second must hold one sentence per pair; got {len(first)} first and {len(second)} second "
-            f"sentences"
+            f"first and second must hold one sentence per pair; got {len(first)} "
+            f"first and {len(second)} second sentences"
         )
     if len(first) == 0:
         raise ValueError("bert_pair_input needs at least one sentence (pair); got none")
     if len({cls_id, sep_id, pad_id}) != 3:
-        raise ValueError(f"cls_id, sep_id and pad_id must be three different ids; got {cls_id}, {sep_id}, {pad_id}")
+        raise ValueError("cls_id, sep_id and pad_id must be three different ids; "
+                         f"got {cls_id}, {sep_id}, {pad_id}")
     specials = torch.tensor([cls_id, sep_id, pad_id])
     rows, segments = [], []
     for b, a_ids in enumerate(first):
@@ -187,10 +197,12 @@ def bert_pair_input(
             b_ids = second[b]
             _check_pair_sentence(b_ids, f"second[{b}]", specials)
             if a_ids.dtype != b_ids.dtype:
-                raise TypeError(f"pair {b} mixes {a_ids.dtype} and {b_ids.dtype}; convert both with .long()")
+                raise TypeError(f"pair {b} mixes {a_ids.dtype} and {b_ids.dtype}; "
+                                "convert both with .long()")
             row += [b_ids, sep]  # then B [SEP]: segment 1
             segment.append(a_ids.new_ones(len(b_ids) + 1))
         rows.append(torch.cat(row))  # (T_a + 2,) or (T_a + T_b + 3,)
         segments.append(torch.cat(segment))  # 0..0 or 0..0 1..1
     tokens = pad_sequences(rows, pad_id)  # (B, T)
-    return tokens, pad_sequences(segments, 0), padding_mask(tokens, pad_id)  # (B, T), (B, T), (B, 1, 1, T)
+    # tokens (B, T), segment ids (B, T), padding mask (B, 1, 1, T)
+    return tokens, pad_sequences(segments, 0), padding_mask(tokens, pad_id)

@@ -13,8 +13,11 @@ from .attention import scaled_dot_product_attention
 from .checks import check_heads, check_mask, check_probability
 
 # %% ../../chapters/03_multi_head_attention.ipynb #9be6c4e2
-def check_layer_inputs(layer: "MultiHeadAttention", query: Tensor, key: Tensor, value: Tensor) -> None:
-    """Raise a clear error unless query, key and value are (B, T, d_model) with matching B and L_k."""
+def check_layer_inputs(
+    layer: "MultiHeadAttention", query: Tensor, key: Tensor, value: Tensor
+) -> None:
+    """Raise a clear error unless query, key and value are (B, T, d_model) with
+    matching B and L_k."""
     for name, x in (("query", query), ("key", key), ("value", value)):
         if x.dim() != 3 or x.size(-1) != layer.d_model:
             raise ValueError(
@@ -23,8 +26,8 @@ def check_layer_inputs(layer: "MultiHeadAttention", query: Tensor, key: Tensor, 
             )
     if key.size(1) != value.size(1) or not query.size(0) == key.size(0) == value.size(0):
         raise ValueError(
-            f"query, key and value must share the batch size B, and key and value the length L_k; got "
-            f"query {tuple(query.shape)}, key {tuple(key.shape)}, value {tuple(value.shape)}"
+            "query, key and value must share the batch size B, and key and value the length L_k; "
+            f"got query {tuple(query.shape)}, key {tuple(key.shape)}, value {tuple(value.shape)}"
         )
 
 
@@ -32,12 +35,15 @@ def check_layer_mask(layer: "MultiHeadAttention", mask: Tensor, q: Tensor, k: Te
     """Chapter 2's check_mask against (B, H, L_q, L_k), after one rule of its own for 3-D masks."""
     if mask.dim() == 3 and mask.size(0) > 1:
         raise ValueError(
-            f"a 3-D mask {tuple(mask.shape)} is ambiguous: broadcasting would line its first axis up with "
-            f"the heads; give a per-example mask a head axis, mask[:, None], shape (B, 1, L_q, L_k)"
+            f"a 3-D mask {tuple(mask.shape)} is ambiguous: broadcasting would line "
+            "its first axis up with the heads; give a per-example mask a head axis, "
+            "mask[:, None], shape (B, 1, L_q, L_k)"
         )
-    scores_shape = torch.Size((q.size(0), layer.num_heads, q.size(2), k.size(2)))  # (B, H, L_q, L_k)
-    check_mask(mask, scores_shape, "(L_q, L_k), (B, 1, 1, L_k) or (B, 1, L_q, L_k), for (B, H, L_q, L_k)",
-               q.device)
+    scores_shape = torch.Size(
+        (q.size(0), layer.num_heads, q.size(2), k.size(2))
+    )  # (B, H, L_q, L_k)
+    check_mask(mask, scores_shape,
+               "(L_q, L_k), (B, 1, 1, L_k) or (B, 1, L_q, L_k), for (B, H, L_q, L_k)", q.device)
 
 # %% ../../chapters/03_multi_head_attention.ipynb #f5e84503
 class MultiHeadAttention(nn.Module):
@@ -71,7 +77,8 @@ class MultiHeadAttention(nn.Module):
         return x.transpose(1, 2).reshape(batch, length, self.d_model)  # (B, T, D)
 
     def forward(
-        self, query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = None, need_weights: bool = False
+        self, query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = None,
+        need_weights: bool = False
     ) -> Tensor | tuple[Tensor, Tensor]:
         """Multi-head attention of query (B, L_q, D) over key and value (B, L_k, D).
 
@@ -86,14 +93,18 @@ class MultiHeadAttention(nn.Module):
         return self.attend(q, k, v, mask, need_weights)
 
     def attend(
-        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, need_weights: bool = False
+        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
+        need_weights: bool = False
     ) -> Tensor | tuple[Tensor, Tensor]:
-        """Steps 2 and 3: the heads q (B, H, L_q, D_h), k and v (B, H, L_k, D_h) -> output (B, L_q, D)."""
+        """Steps 2 and 3: the heads q (B, H, L_q, D_h), k and v (B, H, L_k, D_h)
+        -> output (B, L_q, D)."""
         if mask is not None:
             check_layer_mask(self, mask, q, k)
         if need_weights:
             # head_i = softmax(Q_i K_i^T / sqrt(D_h)) V_i for every head at once, weights kept:
-            out, weights = scaled_dot_product_attention(q, k, v, mask, self.attn_dropout)  # (B, H, L_q, D_h)
+            out, weights = scaled_dot_product_attention(
+                q, k, v, mask, self.attn_dropout
+            )  # (B, H, L_q, D_h)
             return self.out_proj(self.merge_heads(out)), weights  # Concat(heads) W^O: (B, L_q, D)
         # The same head_i through PyTorch's fused function, which picks a kernel for the device,
         # dtype and mask.

@@ -21,30 +21,37 @@ __all__ = ['LSTM_GATES', 'GRU_GATES', 'RNNCell', 'RecurrentLayer', 'LSTMCell', '
 def _check_step_input(x_t: Tensor, input_size: int) -> None:
     if x_t.dim() != 2:
         raise ValueError(
-            f"x_t must have shape (B, input_size) = (B, {input_size}) (2 dims), got shape {tuple(x_t.shape)} "
-            f"({x_t.dim()} dims); a cell takes one time step of a batch: add a batch axis with x_t.unsqueeze(0) "
-            f"for a single example, and give a whole sequence (B, T, {input_size}) to RecurrentLayer instead"
+            f"x_t must have shape (B, input_size) = (B, {input_size}) (2 dims), got "
+            f"shape {tuple(x_t.shape)} ({x_t.dim()} dims); a cell takes one time step "
+            "of a batch: add a batch axis with x_t.unsqueeze(0) for a single example, "
+            f"and give a whole sequence (B, T, {input_size}) to RecurrentLayer instead"
         )
     if x_t.shape[1] != input_size:
         raise ValueError(
-            f"x_t has {x_t.shape[1]} features in its last dim but the cell has input_size={input_size}; "
-            f"build the cell with input_size={x_t.shape[1]} or project x_t to {input_size} features"
+            f"x_t has {x_t.shape[1]} features in its last dim but the cell has "
+            f"input_size={input_size}; build the cell with "
+            f"input_size={x_t.shape[1]} or project x_t to {input_size} features"
         )
 
 
 def _check_hidden(name: str, h: Tensor, batch_size: int, hidden_size: int) -> None:
     if not isinstance(h, Tensor):
-        raise TypeError(f"{name} must be a tensor of shape ({batch_size}, {hidden_size}), got {type(h).__name__}")
+        raise TypeError(f"{name} must be a tensor of shape "
+                        f"({batch_size}, {hidden_size}), got {type(h).__name__}")
     if tuple(h.shape) == (batch_size, hidden_size):
         return
     if h.dim() == 2 and h.shape[0] == batch_size:  # only the width is wrong
-        advice = f"pass state=None to start from zeros, or build the cell with hidden_size={h.shape[1]}"
+        advice = ("pass state=None to start from zeros, or build the cell with "
+                  f"hidden_size={h.shape[1]}")
     elif h.dim() == 2 and h.shape[1] == hidden_size:  # only the batch size is wrong
-        advice = f"give the state one row per sequence of the batch (B = {batch_size}), or pass state=None"
+        advice = (f"give the state one row per sequence of the batch (B = {batch_size}), or pass "
+                  "state=None")
     else:
-        advice = f"pass state=None to start from zeros, or a tensor of shape ({batch_size}, {hidden_size})"
+        advice = ("pass state=None to start from zeros, or a tensor of shape "
+                  f"({batch_size}, {hidden_size})")
     raise ValueError(
-        f"{name} must have shape (B, hidden_size) = ({batch_size}, {hidden_size}), got {tuple(h.shape)}; {advice}"
+        f"{name} must have shape (B, hidden_size) = ({batch_size}, {hidden_size}), "
+        f"got {tuple(h.shape)}; {advice}"
     )
 
 
@@ -98,8 +105,8 @@ class RecurrentLayer(nn.Module):
     def forward(self, x: Tensor, state: Tensor | tuple[Tensor, Tensor] | None = None):
         if x.dim() != 3:
             raise ValueError(
-                f"x must have shape (B, T, D_in) (3 dims), got shape {tuple(x.shape)} ({x.dim()} dims); "
-                "for a single unbatched sequence of shape (T, D_in) use x.unsqueeze(0)"
+                f"x must have shape (B, T, D_in) (3 dims), got shape {tuple(x.shape)} ({x.dim()} "
+                "dims); for a single unbatched sequence of shape (T, D_in) use x.unsqueeze(0)"
             )
         batch_size, seq_len, d_in = x.shape
         if d_in != self.cell.input_size:
@@ -200,17 +207,19 @@ class GRUCell(nn.Module):
 
 # %% ../../chapters/01_rnn_limits.ipynb #7de126db
 def load_torch_weights(cell: RNNCell | LSTMCell | GRUCell, module: nn.Module) -> None:
-    """Copy the weights of a PyTorch RNN/LSTM/GRU (one layer, one direction, tanh) or its one-step cell."""
+    """Copy the weights of a PyTorch RNN/LSTM/GRU
+    (one layer, one direction, tanh) or its one-step cell."""
     kind = type(module).__name__
     if getattr(module, "nonlinearity", "tanh") != "tanh":  # nn.RNN and nn.RNNCell can use ReLU
         raise ValueError(
-            f"{kind} uses nonlinearity={module.nonlinearity!r}, but RNNCell computes tanh; build it with "
-            "nonlinearity='tanh'"
+            f"{kind} uses nonlinearity={module.nonlinearity!r}, but RNNCell "
+            "computes tanh; build it with nonlinearity='tanh'"
         )
     if isinstance(module, nn.RNNBase) and (module.num_layers > 1 or module.bidirectional):
         raise ValueError(
-            f"{kind} has num_layers={module.num_layers}, bidirectional={module.bidirectional}, but the cell is one "
-            "layer read in one direction; build it with num_layers=1, bidirectional=False"
+            f"{kind} has num_layers={module.num_layers}, "
+            f"bidirectional={module.bidirectional}, but the cell is one layer read "
+            "in one direction; build it with num_layers=1, bidirectional=False"
         )
     suffix = "_l0" if isinstance(module, nn.RNNBase) else ""
     names = ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
@@ -220,7 +229,8 @@ def load_torch_weights(cell: RNNCell | LSTMCell | GRUCell, module: nn.Module) ->
             found = None if source is None else tuple(source.shape)
             raise ValueError(
                 f"{kind}.{name + suffix} has shape {found}, but the cell needs "
-                f"{tuple(target.shape)}; build both with the same input_size, hidden_size and bias=True"
+                f"{tuple(target.shape)}; build both with the same input_size, "
+                "hidden_size and bias=True"
             )
     with torch.no_grad():
         for name in names:
@@ -235,14 +245,15 @@ def with_spectral_radius(weight: Tensor, radius: float) -> Tensor:
     """
     if weight.dim() != 2 or weight.shape[0] != weight.shape[1]:
         raise ValueError(f"weight must be a square matrix (D, D), got shape {tuple(weight.shape)}")
-    check_number("radius", radius, above=0, hint="for example 0.9, where gradients vanish, or 2.0: they explode")
+    check_number("radius", radius, above=0,
+                 hint="for example 0.9, where gradients vanish, or 2.0: they explode")
     weight = weight.detach()
     current = torch.linalg.eigvals(weight).abs().max()  # spectral radius ρ(W)
     if current <= torch.finfo(weight.dtype).eps * torch.linalg.matrix_norm(weight, ord=2):
         raise ValueError(
-            f"weight has spectral radius {current.item():.3g}: all its eigenvalues are zero to rounding (a zero or "
-            f"nilpotent matrix), so no rescaling gives it radius {radius}; start from a matrix with a nonzero "
-            "eigenvalue, such as a freshly initialised weight_hh"
+            f"weight has spectral radius {current.item():.3g}: all its eigenvalues are zero to "
+            f"rounding (a zero or nilpotent matrix), so no rescaling gives it radius {radius}; "
+            "start from a matrix with a nonzero eigenvalue, such as a freshly initialised weight_hh"
         )
     return weight * (radius / current)  # (D, D)
 
@@ -285,7 +296,8 @@ def make_recall_batch(
 
 # %% ../../chapters/01_rnn_limits.ipynb #0c9d7e42
 def make_shifted_recall_batch(
-    batch_size: int, distance: int, seq_len: int, vocab_size: int, generator: torch.Generator | None = None
+    batch_size: int, distance: int, seq_len: int, vocab_size: int,
+    generator: torch.Generator | None = None
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Random tokens, a random query position q >= distance per sequence, and as target the token at
     q - distance.
@@ -297,9 +309,12 @@ def make_shifted_recall_batch(
         check_int(name, value)
     if seq_len <= distance:
         raise ValueError(
-            f"seq_len must be larger than distance, so that a query position q >= distance exists; got "
-            f"seq_len={seq_len} and distance={distance}: use seq_len={2 * distance}, for example"
+            "seq_len must be larger than distance, so that a query position q >= "
+            f"distance exists; got seq_len={seq_len} and distance={distance}: use "
+            f"seq_len={2 * distance}, for example"
         )
-    tokens = torch.randint(0, vocab_size, (batch_size, seq_len), generator=generator)  # (B, seq_len)
+    tokens = torch.randint(0, vocab_size, (batch_size, seq_len),
+                           generator=generator)  # (B, seq_len)
     query = torch.randint(distance, seq_len, (batch_size,), generator=generator)  # (B,)
-    return tokens, query, tokens[torch.arange(batch_size), query - distance]  # (B, seq_len), (B,), (B,)
+    # tokens (B, seq_len), query (B,), target (B,)
+    return tokens, query, tokens[torch.arange(batch_size), query - distance]

@@ -17,41 +17,45 @@ from .tokens import BOS_ID, PAD_ID, SPECIAL_TOKENS
 def _check_additive_inputs(
     query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None, query_size: int, key_size: int
 ) -> None:
-    """Raise ValueError/TypeError, naming what was seen, when the inputs do not fit AdditiveAttention."""
+    """Raise ValueError/TypeError, naming what was seen, when the inputs do not
+    fit AdditiveAttention."""
     if query.dim() != 3 or key.dim() != 3 or value.dim() != 3:
         raise ValueError(
-            f"query, key and value must have 3 dimensions (B, length, features); got shapes "
-            f"{tuple(query.shape)}, {tuple(key.shape)}, {tuple(value.shape)}; add a batch axis with .unsqueeze(0)"
+            "query, key and value must have 3 dimensions (B, length, features); got "
+            f"shapes {tuple(query.shape)}, {tuple(key.shape)}, "
+            f"{tuple(value.shape)}; add a batch axis with .unsqueeze(0)"
         )
     if query.size(-1) != query_size or key.size(-1) != key_size:
         raise ValueError(
-            f"this attention was built for queries of width {query_size} and keys of width {key_size}; got query "
-            f"{tuple(query.shape)} and key {tuple(key.shape)}"
+            f"this attention was built for queries of width {query_size} and keys of "
+            f"width {key_size}; got query {tuple(query.shape)} and key {tuple(key.shape)}"
         )
     if not query.size(0) == key.size(0) == value.size(0) or key.size(1) != value.size(1):
         raise ValueError(
-            f"query, key and value must share the batch size B, and key and value the length L_k; got "
-            f"{tuple(query.shape)}, {tuple(key.shape)}, {tuple(value.shape)}"
+            "query, key and value must share the batch size B, and key and value the length "
+            f"L_k; got {tuple(query.shape)}, {tuple(key.shape)}, {tuple(value.shape)}"
         )
     if mask is None:
         return
     if mask.dtype != torch.bool:
-        raise TypeError(f"mask must be boolean, True for real keys; got {mask.dtype}; build it as source != PAD_ID")
+        raise TypeError("mask must be boolean, True for real keys; got "
+                        f"{mask.dtype}; build it as source != PAD_ID")
     if tuple(mask.shape) != (key.size(0), key.size(1)):
         raise ValueError(
-            f"mask must be boolean of shape (B, L_k) = {(key.size(0), key.size(1))}, True for real keys; got "
-            f"{mask.dtype} of shape {tuple(mask.shape)}; build it as source != PAD_ID"
+            f"mask must be boolean of shape (B, L_k) = {(key.size(0), key.size(1))}, True for real "
+            f"keys; got {mask.dtype} of shape {tuple(mask.shape)}; build it as source != PAD_ID"
         )
     if not mask.any(-1).all():
         empty = (~mask.any(-1)).nonzero().flatten().tolist()
-        raise ValueError(f"mask rows {empty} allow no key at all; every sequence needs at least one real token")
+        raise ValueError(f"mask rows {empty} allow no key at all; every sequence "
+                         "needs at least one real token")
 
 # %% ../../chapters/02_attention.ipynb #5e2a0c04
 class AdditiveAttention(nn.Module):
     """Bahdanau et al.'s attention: score a^T tanh(W_q q + W_k k + b), softmax over the keys, average of values.
 
-    query (B, L_q, d_q), key (B, L_k, d_k), value (B, L_k, d_v); mask (B, L_k) boolean, True = a real key
-    (False = padding). Returns the output (B, L_q, d_v) and the weights (B, L_q, L_k).
+    query (B, L_q, d_q), key (B, L_k, d_k), value (B, L_k, d_v); mask (B, L_k) boolean, True = a
+    real key (False = padding). Returns the output (B, L_q, d_v) and the weights (B, L_q, L_k).
     """
 
     def __init__(self, query_size: int, key_size: int, attention_size: int):
@@ -74,33 +78,39 @@ class AdditiveAttention(nn.Module):
         return weights @ value, weights  # c = sum_j alpha_j v_j: (B, L_q, d_v), and alpha (B, L_q, L_k)
 
 # %% ../../chapters/02_attention.ipynb #5e2a0c11
-def _check_tokens(name: str, tokens: Tensor, vocab_size: int | None, batch_size: int | None = None) -> None:
+def _check_tokens(
+    name: str, tokens: Tensor, vocab_size: int | None, batch_size: int | None = None
+) -> None:
     """Raise ValueError/TypeError, naming what was seen, unless `tokens` is a (B, T) batch of valid
     ids.
 
     vocab_size=None checks the shape and dtype only: the id range is read back to the host, once per
     call.
     """
-    check_token_ids(name, tokens, vocab_size)  # (B, T) integer ids, in 0 .. vocab_size - 1 if given (chapter 1)
+    # (B, T) integer ids, in 0 .. vocab_size - 1 if given (chapter 1)
+    check_token_ids(name, tokens, vocab_size)
     if batch_size is not None and tokens.size(0) != batch_size:
-        raise ValueError(f"{name} has {tokens.size(0)} rows but the source has {batch_size}; give one per source")
+        raise ValueError(f"{name} has {tokens.size(0)} rows but the source has "
+                         f"{batch_size}; give one per source")
     if name == "source":
         real = tokens != PAD_ID  # (B, T)
         if not real[:, 0].all():
             raise ValueError(
-                f"every source must start with a real token; rows {(~real[:, 0]).nonzero().flatten().tolist()} "
-                f"start with PAD_ID = {PAD_ID} (an empty source, or padding in front)"
+                "every source must start with a real token; rows "
+                f"{(~real[:, 0]).nonzero().flatten().tolist()} start with "
+                f"PAD_ID = {PAD_ID} (an empty source, or padding in front)"
             )
         if (real[:, 1:] & ~real[:, :-1]).any():
-            raise ValueError(f"source has PAD_ID = {PAD_ID} before a real token; put all padding at the end")
+            raise ValueError(f"source has PAD_ID = {PAD_ID} before a real token; "
+                             "put all padding at the end")
 
 # %% ../../chapters/02_attention.ipynb #5e2a0c10
 class RecurrentSeq2Seq(nn.Module):
     """A GRU encoder-decoder; attention=False hands the decoder one vector, attention=True every encoder state.
 
-    source (B, T_src) token ids, padded with PAD_ID at the end; target_in (B, T_tgt) the decoder's inputs
-    (BOS_ID, then the target shifted right). Returns logits (B, T_tgt, vocab_size) and the attention weights
-    (B, T_tgt, T_src), or None without attention.
+    source (B, T_src) token ids, padded with PAD_ID at the end; target_in (B, T_tgt) the decoder's
+    inputs (BOS_ID, then the target shifted right). Returns logits (B, T_tgt, vocab_size) and the
+    attention weights (B, T_tgt, T_src), or None without attention.
     """
 
     def __init__(self, vocab_size: int, embed_size: int = 32, hidden_size: int = 32, attention: bool = True):

@@ -28,11 +28,14 @@ from .safefiles import seal, swap_in
 from ..training import TrainState
 
 # %% ../../../chapters/10a_engineering_the_run.ipynb #10b00019
-def _optimizer_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], list[dict]]:
+def _optimizer_tensors(
+    optimizer: torch.optim.Optimizer
+) -> tuple[dict[str, torch.Tensor], list[dict]]:
     """Adam's state as flat named tensors (for safetensors) plus its settings (for JSON)."""
     state = optimizer.state_dict()
     tensors = {
-        f"{index}.{name}": value.detach().clone().contiguous() if torch.is_tensor(value) else torch.tensor(value)
+        f"{index}.{name}": (value.detach().clone().contiguous() if torch.is_tensor(value)
+                            else torch.tensor(value))
         for index, param_state in state["state"].items()
         for name, value in param_state.items()
     }
@@ -67,7 +70,8 @@ class RunRecord:
 
     def to_json(self) -> dict:
         """The record as checkpoint.json stores it (optional fields only when set)."""
-        info = {"preset": self.preset, "history": self.history, "device": self.device, "amp": self.amp}
+        info = {"preset": self.preset, "history": self.history, "device": self.device,
+                "amp": self.amp}
         info["train_state"] = asdict(self.train_state)
         if self.scaler is not None:
             info["scaler"] = self.scaler
@@ -81,28 +85,34 @@ class RunRecord:
 
     @classmethod
     def from_json(cls, info: dict, folder: Path | str) -> "RunRecord":
-        """The record in a checkpoint.json read from `folder`; an error names what a record needs and lacks."""
+        """The record in a checkpoint.json read from `folder`; an error names
+        what a record needs and lacks."""
         missing = [key for key in ("preset", "train_state") if key not in info]
         if missing:
-            raise ValueError(f"{folder}/checkpoint.json has no {missing}: it was not written by train(); "
-                             f"move it away to start afresh")
+            raise ValueError(f"{folder}/checkpoint.json has no {missing}: it was "
+                             "not written by train(); move it away to start afresh")
         record = cls(
             preset=info["preset"], device=info.get("device", "cpu"), amp=info.get("amp", "None"),
             history=info.get("history", []), train_state=_train_state(info["train_state"], folder),
-            scaler=info.get("scaler"), stopped=info.get("stopped"), scored_partial=info.get("scored_partial",
-                                                                                            False),
+            scaler=info.get("scaler"), stopped=info.get("stopped"),
+            scored_partial=info.get("scored_partial", False),
             amp_rates=info.get("amp_rates"),
         )
-        kinds = {"preset": dict, "history": list, "device": str, "amp": str, "scaler": (dict, type(None)),
-                 "stopped": (str, type(None)), "scored_partial": bool, "amp_rates": (dict, type(None))}
-        wrong = [name for name, kind in kinds.items() if not isinstance(getattr(record, name), kind)]
+        kinds = {"preset": dict, "history": list, "device": str, "amp": str,
+                 "scaler": (dict, type(None)), "stopped": (str, type(None)), "scored_partial": bool,
+                 "amp_rates": (dict, type(None))}
+        wrong = [name for name, kind in kinds.items()
+                 if not isinstance(getattr(record, name), kind)]
         if not wrong and (odd := _preset_problems(record.preset)):
-            raise ValueError(f"{folder}/checkpoint.json: its preset has fields train() does not write "
-                             f"({', '.join(odd)[:200]}); move the folder away to start afresh")
-        if wrong or not all(isinstance(entry, dict) and type(entry.get("val_bleu", 0.0)) in (int, float)
+            raise ValueError(f"{folder}/checkpoint.json: its preset has fields "
+                             f"train() does not write ({', '.join(odd)[:200]}); "
+                             "move the folder away to start afresh")
+        if wrong or not all(isinstance(entry, dict)
+                            and type(entry.get("val_bleu", 0.0)) in (int, float)
                             for entry in record.history):
-            raise ValueError(f"{folder}/checkpoint.json holds fields of the wrong type ({wrong or 'history'}): "
-                             f"train() did not write it; move it away to start afresh")
+            raise ValueError(f"{folder}/checkpoint.json holds fields of the wrong "
+                             f"type ({wrong or 'history'}): train() did not write "
+                             "it; move it away to start afresh")
         return record
 
 
@@ -121,13 +131,15 @@ def _preset_problems(values: dict) -> list[str]:
         if name not in kinds or (value is None and type(None) in allowed):
             continue
         number = float(value) if float in allowed and type(value) is int else value
-        if type(number) not in allowed or (type(number) in (int, float) and not 0 <= number <= MAX_RECORDED_INT):
+        if type(number) not in allowed or (type(number) in (int, float)
+                                           and not 0 <= number <= MAX_RECORDED_INT):
             problems.append(f"{name}={value!r}"[:60])
     return problems
 
 
 def _train_state(values: dict, folder: Path | str) -> TrainState:
-    """The TrainState in a record, each field checked for its type: a step stored as text is refused by name."""
+    """The TrainState in a record, each field checked for its type: a step
+    stored as text is refused by name."""
     kinds = {f.name: f.type for f in fields(TrainState)}
     wrong = sorted(set(values) - set(kinds)) if isinstance(values, dict) else ["train_state"]
     for name, value in values.items() if not wrong else ():
@@ -139,14 +151,16 @@ def _train_state(values: dict, folder: Path | str) -> TrainState:
             ok = isinstance(value, list) and all(type(x) in (int, float) for x in value)
         wrong += [] if ok else [f"{name}={value!r}"]
     if wrong:
-        raise ValueError(f"{folder}/checkpoint.json: train_state has wrong fields ({', '.join(wrong)[:200]}); "
-                         f"train() did not write it: move the folder away to start afresh")
+        raise ValueError(f"{folder}/checkpoint.json: train_state has wrong fields "
+                         f"({', '.join(wrong)[:200]}); train() did not write it: "
+                         "move the folder away to start afresh")
     return TrainState(**values)
 
 # %% ../../../chapters/10a_engineering_the_run.ipynb #10b00022
 def save_checkpoint(
-    path: str | Path, model: Transformer, optimizer: torch.optim.Optimizer | None, record: RunRecord | None,
-    tokenizer_file: str | Path, random_states: list[dict[str, torch.Tensor]] | None = None,
+    path: str | Path, model: Transformer, optimizer: torch.optim.Optimizer | None,
+    record: RunRecord | None, tokenizer_file: str | Path,
+    random_states: list[dict[str, torch.Tensor]] | None = None,
 ) -> Path:
     """Write a checkpoint folder atomically: a crash at any moment leaves the old one or the new
     one.
@@ -155,13 +169,15 @@ def save_checkpoint(
     the order of the ranks; by default this process's alone. Saves into one folder take turns (they
     lock the folder that holds it), so two processes never interleave.
     """
-    if random_states is not None and not (isinstance(random_states, list)
-                                          and all(isinstance(s, dict) and "rng_state" in s for s in random_states)):
-        raise TypeError(f"random_states must be a list holding random_state() of each process (rank 0 first); "
-                        f"got {random_states!r:.80}")
+    if random_states is not None and not (
+        isinstance(random_states, list)
+        and all(isinstance(s, dict) and "rng_state" in s for s in random_states)
+    ):
+        raise TypeError("random_states must be a list holding random_state() of "
+                        f"each process (rank 0 first); got {random_states!r:.80}")
     if random_states == []:
-        raise ValueError("random_states is empty: pass random_state() of each process (rank 0 first), or None for "
-                         "this process's alone")
+        raise ValueError("random_states is empty: pass random_state() of each "
+                         "process (rank 0 first), or None for this process's alone")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with lock_file(path.parent, wait=True, folder=True):
@@ -174,22 +190,26 @@ def save_checkpoint(
             (tmp / "checkpoint.json").write_text(seal(info))
             return swap_in(tmp, path)
         except SafetensorError as error:  # the library's error when the disk is full
-            raise OSError(f"could not write the checkpoint {path} ({error}); free some disk space") from None
+            raise OSError(f"could not write the checkpoint {path} ({error}); free "
+                          "some disk space") from None
         finally:
             shutil.rmtree(tmp, ignore_errors=True)  # gone already when the save succeeded
 
 # %% ../../../chapters/10a_engineering_the_run.ipynb #a1f0c005
 def random_state(device: torch.device | str) -> dict[str, torch.Tensor]:
-    """This process's random-number generators: the CPU's (dropout on the CPU draws from it), and a GPU's."""
+    """This process's random-number generators: the CPU's
+    (dropout on the CPU draws from it), and a GPU's."""
     state = {"rng_state": torch.get_rng_state()}
     if torch.device(device).type == "cuda":
         state["cuda_rng_state"] = torch.cuda.get_rng_state(torch.device(device))
     return state
 
 
-def _write_files(tmp: Path, model: Transformer, optimizer: torch.optim.Optimizer | None, record: RunRecord | None,
-                 tokenizer_file: str | Path, random_states: list[dict[str, torch.Tensor]] | None) -> dict:
-    """Write the weights, Adam's state and the tokenizer into `tmp`; returns what checkpoint.json records."""
+def _write_files(tmp: Path, model: Transformer, optimizer: torch.optim.Optimizer | None,
+                 record: RunRecord | None, tokenizer_file: str | Path,
+                 random_states: list[dict[str, torch.Tensor]] | None) -> dict:
+    """Write the weights, Adam's state and the tokenizer into `tmp`; returns
+    what checkpoint.json records."""
     info = record.to_json() if record is not None else {}
     # Tied embeddings are one tensor under three names: store it once (safetensors refuses shared
     # memory).
@@ -206,7 +226,8 @@ def _write_files(tmp: Path, model: Transformer, optimizer: torch.optim.Optimizer
         info["param_groups"] = groups
     shutil.copyfile(tokenizer_file, tmp / "tokenizer.json")
     files = sorted(tmp.iterdir())
-    return {**info, "config": asdict(model.config), "tokenizer_sha256": file_sha256(tmp / "tokenizer.json"),
+    return {**info, "config": asdict(model.config),
+            "tokenizer_sha256": file_sha256(tmp / "tokenizer.json"),
             "files": {file.name: file_sha256(file) for file in files},
             "sizes": {file.name: file.stat().st_size for file in files}}
 
@@ -239,7 +260,8 @@ class Checkpoint:
 
 
 def _read_info(path: Path) -> dict:
-    """checkpoint.json of the folder `path`: sealed, within its size, with the keys the loader needs."""
+    """checkpoint.json of the folder `path`: sealed, within its size, with the
+    keys the loader needs."""
     info_file = path / "checkpoint.json"
     try:
         info = read_record(path)
@@ -250,24 +272,28 @@ def _read_info(path: Path) -> dict:
         ) from None
     if not (isinstance(info.get("config"), dict) and isinstance(info.get("tokenizer_sha256"), str)):
         raise ValueError(
-            f"{info_file} has no {list(REQUIRED_KEYS)}: it was not written by save_checkpoint; pass a folder "
-            f"written by train()"
+            f"{info_file} has no {list(REQUIRED_KEYS)}: it was not written by "
+            "save_checkpoint; pass a folder written by train()"
         )
     return info
 
 
-def _load_tensors(path: Path, name: str, info: dict, device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
+def _load_tensors(
+    path: Path, name: str, info: dict, device: torch.device | str = "cpu"
+) -> dict[str, torch.Tensor]:
     """A verified safetensors file of the checkpoint folder, as tensors on `device`."""
     raw = read_verified(path, name, info)
     try:
         tensors = load(raw)
     except SafetensorError as error:
-        raise ValueError(f"{path / name} is not a readable safetensors file ({error}); train again") from None
+        raise ValueError(f"{path / name} is not a readable safetensors file "
+                         f"({error}); train again") from None
     return {key: value.to(device) for key, value in tensors.items()}
 
 
 def _retry_torn(load_once, attempts: int = 8):
-    """Run `load_once`, again if a save replaced the folder while it was being read (a torn read)."""
+    """Run `load_once`, again if a save replaced the folder while it was being
+    read (a torn read)."""
     for attempt in range(attempts):
         try:
             return load_once()
@@ -278,8 +304,11 @@ def _retry_torn(load_once, attempts: int = 8):
             time.sleep(0.02 * (attempt + 1))  # a save takes a moment: let it finish
 
 # %% ../../../chapters/10a_engineering_the_run.ipynb #10b00025
-def load_checkpoint(path: str | Path, device: torch.device | str = "cpu") -> tuple[Transformer, Checkpoint]:
-    """Rebuild the model saved in a checkpoint folder; returns (model, Checkpoint). Errors say what is wrong."""
+def load_checkpoint(
+    path: str | Path, device: torch.device | str = "cpu"
+) -> tuple[Transformer, Checkpoint]:
+    """Rebuild the model saved in a checkpoint folder; returns
+    (model, Checkpoint). Errors say what is wrong."""
     return _retry_torn(lambda: _load_model(existing(Path(path)), device))
 
 
@@ -297,45 +326,52 @@ def _load_model(path: Path, device: torch.device | str) -> tuple[Transformer, Ch
         weights["tgt_embed.weight"] = weights["generator.weight"] = weights["src_embed.weight"]
     expected = model.state_dict()
     wrong = sorted(k for k in expected.keys() | weights.keys()
-                   if k not in weights or k not in expected or weights[k].shape != expected[k].shape)
+                   if k not in weights or k not in expected
+                   or weights[k].shape != expected[k].shape)
     if wrong:
         raise ValueError(
-            f"the weights in {path} do not fit the configuration in its checkpoint.json (mismatched: "
-            f"{wrong[:3]}); model.safetensors and checkpoint.json come from different runs: copy both from one"
+            f"the weights in {path} do not fit the configuration in its "
+            f"checkpoint.json (mismatched: {wrong[:3]}); model.safetensors and "
+            "checkpoint.json come from different runs: copy both from one"
         )
     model.load_state_dict(weights)
     return model, Checkpoint(path, info, tokenizer)
 
 
 def _config(path: Path, info: dict) -> TransformerConfig:
-    """The model's configuration in checkpoint.json, refused when its weights would not fit model.safetensors."""
+    """The model's configuration in checkpoint.json, refused when its weights
+    would not fit model.safetensors."""
     try:
         config = TransformerConfig(**info["config"])
-        layers, d, d_ff = config.num_encoder_layers + config.num_decoder_layers, config.d_model, config.d_ff
+        layers = config.num_encoder_layers + config.num_decoder_layers
+        d, d_ff = config.d_model, config.d_ff
         # a lower bound on the weights (2 bytes each, as in float16): the embeddings, and each
         # layer's attention and feed-forward
         least_bytes = 2 * (config.src_vocab_size * d + layers * (4 * d * d + 2 * d * d_ff))
     except (TypeError, ValueError) as error:
         raise ValueError(
-            f"the configuration in {path / 'checkpoint.json'} does not fit this version's TransformerConfig "
-            f"({error}); load it with the version of transformer_book that wrote it"
+            f"the configuration in {path / 'checkpoint.json'} does not fit this "
+            f"version's TransformerConfig ({error}); load it with the version of "
+            "transformer_book that wrote it"
         ) from None
     if least_bytes > info["sizes"].get("model.safetensors", 0):
         raise ValueError(
-            f"the configuration in {path / 'checkpoint.json'} describes at least {least_bytes:,} bytes of weights, "
-            f"but model.safetensors holds {info['sizes'].get('model.safetensors', 0):,}: they come from "
-            f"different runs; copy both from one"
+            f"the configuration in {path / 'checkpoint.json'} describes at least "
+            f"{least_bytes:,} bytes of weights, but model.safetensors holds "
+            f"{info['sizes'].get('model.safetensors', 0):,}: they come from "
+            "different runs; copy both from one"
         )
     return config
 
 # %% ../../../chapters/10a_engineering_the_run.ipynb #a1f0c006
-def load_optimizer_state(optimizer: torch.optim.Optimizer, path: str | Path, device: torch.device | str,
-                         rank: int = 0, world_size: int = 1) -> int:
+def load_optimizer_state(optimizer: torch.optim.Optimizer, path: str | Path,
+                         device: torch.device | str, rank: int = 0, world_size: int = 1) -> int:
     """Restore Adam's state saved in the checkpoint folder `path`, and process `rank`'s
     random-number generators when the folder holds those of `world_size` processes. Returns how many
     processes' generators it holds."""
     if check_int("rank", rank, minimum=0) >= check_int("world_size", world_size):
-        raise ValueError(f"rank must be below world_size={world_size} (ranks count from 0); got rank={rank}")
+        raise ValueError(f"rank must be below world_size={world_size} "
+                         f"(ranks count from 0); got rank={rank}")
 
     def read() -> tuple[dict, dict[str, torch.Tensor]]:
         folder = existing(Path(path))
@@ -355,7 +391,8 @@ def load_optimizer_state(optimizer: torch.optim.Optimizer, path: str | Path, dev
 
 def _restore_generators(tensors: dict[str, torch.Tensor], rank: int, world_size: int,
                         device: torch.device | str) -> int:
-    """Take the generators out of `tensors`; set this process's own when `world_size` processes saved theirs."""
+    """Take the generators out of `tensors`; set this process's own when
+    `world_size` processes saved theirs."""
     cpu, cuda = tensors.pop("rng_states", None), tensors.pop("cuda_rng_states", None)
     if cpu is None:  # written before every process's generators were kept: process 0's alone
         cpu, cuda = tensors.pop("rng_state")[None], tensors.pop("cuda_rng_state", None)
@@ -372,23 +409,27 @@ def _check_one_run(paths: list[Path], saved: tuple[Checkpoint, ...]) -> None:
     """Refuse checkpoints of more than one run (another configuration, tokenizer or preset)."""
     first_preset = saved[0].info.get("preset") or {}
     for path, checkpoint in zip(paths[1:], saved[1:]):
-        if checkpoint.config != saved[0].config or checkpoint.tokenizer_sha256 != saved[0].tokenizer_sha256:
+        if (checkpoint.config != saved[0].config
+                or checkpoint.tokenizer_sha256 != saved[0].tokenizer_sha256):
             raise ValueError(
-                f"{path} holds a model of another configuration or tokenizer than {paths[0]}; average only "
-                f"checkpoints of one run (for example its snapshots/ folder)"
+                f"{path} holds a model of another configuration or tokenizer than {paths[0]}; "
+                "average only checkpoints of one run (for example its snapshots/ folder)"
             )
         # Same shapes and tokenizer, yet another run: the other direction, another arithmetic,
         # another seed
         preset = checkpoint.info.get("preset") or {}
-        if differ := sorted(k for k in first_preset.keys() & preset.keys() if first_preset[k] != preset[k]):
+        if differ := sorted(k for k in first_preset.keys() & preset.keys()
+                            if first_preset[k] != preset[k]):
             raise ValueError(
-                f"{path} comes from another run than {paths[0]} (their presets differ in {', '.join(differ)}); "
-                f"average only checkpoints of one run (for example its snapshots/ folder)"
+                f"{path} comes from another run than {paths[0]} "
+                f"(their presets differ in {', '.join(differ)}); average only "
+                "checkpoints of one run (for example its snapshots/ folder)"
             )
 
 # %% ../../../chapters/10a_engineering_the_run.ipynb #10b00027
-def average_checkpoints(paths: list[str | Path], device: torch.device | str = "cpu") -> tuple[Transformer,
-                                                                                              Checkpoint]:
+def average_checkpoints(
+    paths: list[str | Path], device: torch.device | str = "cpu"
+) -> tuple[Transformer, Checkpoint]:
     """One model whose every weight is the mean of that weight in several checkpoints of one run.
 
     Returns (model, the last checkpoint's Checkpoint, with `averaged` naming the folders).

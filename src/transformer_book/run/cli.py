@@ -23,10 +23,12 @@ from .presets import AMP_CHOICES, DIRECTIONS, PRESETS, Preset, choose_preset
 from .presets import in_direction
 from .presets import pick_device, preset_differences
 from .loop import SAVE_EVERY_STEPS, train
-from .runfolder import existing, has_checkpoint, last_snapshots, refuse_inside_a_checkpoint
+from .runfolder import existing, has_checkpoint, last_snapshots
+from .runfolder import refuse_inside_a_checkpoint
 from .stopping import Terminated, sigterm_as_interrupt
 from .safefiles import read_record
-from .translate import Translator, evaluate, pretrained_checkpoint, pretrained_record
+from .translate import Translator, evaluate
+from .translate import pretrained_checkpoint, pretrained_record
 
 # %% ../../../chapters/10a_engineering_the_run.ipynb #10b00043
 def _at_least_one(text: str) -> int:
@@ -47,7 +49,8 @@ def _penalty(text: str) -> float:
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
     if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"must be a finite number of at least 0 (the paper's is 0.6), got {text}")
+        raise argparse.ArgumentTypeError("must be a finite number of at least 0 "
+                                         f"(the paper's is 0.6), got {text}")
     return value
 
 
@@ -58,38 +61,42 @@ def _folder(text: str) -> str:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not UTF-8 text; choose a folder name that is") from None
+        raise argparse.ArgumentTypeError(f"{text!r} is not UTF-8 text; choose a "
+                                         "folder name that is") from None
     return text
 
 
 def _checkpoint_folder(text: str) -> str:
     """An argparse type: a checkpoint folder's name, not empty."""
     if not text.strip():
-        raise argparse.ArgumentTypeError("is empty; name a checkpoint folder, for example runs/multi30k/best")
+        raise argparse.ArgumentTypeError("is empty; name a checkpoint folder, for "
+                                         "example runs/multi30k/best")
     return text
 
 
-_AVERAGE_HELP = "average the weights of the last N snapshots; CHECKPOINT is then a run's snapshots/ folder"
+_AVERAGE_HELP = ("average the weights of the last N snapshots; CHECKPOINT is then a run's "
+                 "snapshots/ folder")
 _BEAM_HELP = "beam width; default: the one the run's preset names (1 is greedy decoding)"
 # for a checkpoint with no preset
 _DEFAULT_BEAM = next(f.default for f in fields(Preset) if f.name == "beam_size")
 
 
 def _check_checkpoint(checkpoint: str, average: int | None) -> None:
-    """Refuse, saying what to pass instead, a --checkpoint that is a file, a whole run folder or its snapshots."""
+    """Refuse, saying what to pass instead, a --checkpoint that is a file, a
+    whole run folder or its snapshots."""
     path, snapshots = Path(checkpoint), last_snapshots(Path(checkpoint), 1)
     if path.is_file():
         near = [p for p in (path.parent, path.parent / "best") if (p / "checkpoint.json").is_file()]
-        raise ValueError(f"--checkpoint {checkpoint} is a file; a checkpoint is a folder, for example "
-                         f"{(near or ['runs/multi30k/best'])[0]}")
+        raise ValueError(f"--checkpoint {checkpoint} is a file; a checkpoint is a "
+                         f"folder, for example {(near or ['runs/multi30k/best'])[0]}")
     if average is not None or not path.is_dir() or (path / "checkpoint.json").exists():
         return
     if any((path / name).exists() for name in ("best", "last", "best.old", "last.old")):
-        raise ValueError(f"{checkpoint} is a run folder; pass one of its checkpoints: {path / 'best'} (the best "
-                         f"validation BLEU) or {path / 'last'}")
+        raise ValueError(f"{checkpoint} is a run folder; pass one of its checkpoints: "
+                         f"{path / 'best'} (the best validation BLEU) or {path / 'last'}")
     if snapshots:
-        raise ValueError(f"{checkpoint} holds snapshots (step-* folders): add --average N to use the mean of the "
-                         f"last N, or pass one of them, for example {snapshots[0]}")
+        raise ValueError(f"{checkpoint} holds snapshots (step-* folders): add --average N to use "
+                         f"the mean of the last N, or pass one of them, for example {snapshots[0]}")
 
 
 def _translator(
@@ -107,8 +114,8 @@ def _translator(
               f"{made['test_bleu_beam']:.1f} on {made['test_split']}); --checkpoint DIR translates "
               "with your own", file=sys.stderr)
     if allow_fewer and average is None:
-        raise ValueError("--allow-fewer only goes with --average N (it lets N exceed the snapshots there are); "
-                         "add --average N, or leave --allow-fewer out")
+        raise ValueError("--allow-fewer only goes with --average N (it lets N exceed the "
+                         "snapshots there are); add --average N, or leave --allow-fewer out")
     _check_checkpoint(checkpoint, average)
     device = pick_device()
     if average is None:
@@ -116,13 +123,15 @@ def _translator(
     else:
         snapshots = last_snapshots(Path(checkpoint), average)
         if not snapshots:
-            raise ValueError(f"{checkpoint} holds no snapshots (step-* folders); with --average pass a run's "
-                             f"snapshots folder, for example runs/multi30k/snapshots")
+            raise ValueError(f"{checkpoint} holds no snapshots (step-* folders); with --average "
+                             "pass a run's snapshots folder, for example runs/multi30k/snapshots")
         if len(snapshots) < average and not allow_fewer:
-            raise ValueError(f"{checkpoint} holds {len(snapshots)} snapshots, fewer than --average {average}: "
-                             f"give a smaller N, or add --allow-fewer to average the {len(snapshots)} there are")
+            raise ValueError(f"{checkpoint} holds {len(snapshots)} snapshots, fewer "
+                             f"than --average {average}: give a smaller N, or add "
+                             f"--allow-fewer to average the {len(snapshots)} there are")
         model, saved = average_checkpoints(snapshots, device)
-        print(f"averaged {len(snapshots)} snapshots: {', '.join(p.name for p in snapshots)}", file=sys.stderr)
+        print(f"averaged {len(snapshots)} snapshots: "
+              f"{', '.join(p.name for p in snapshots)}", file=sys.stderr)
     beam_size = (saved.info.get("preset") or {}).get("beam_size", _DEFAULT_BEAM)
     return Translator.from_loaded(model, saved, device), beam_size
 
@@ -131,20 +140,25 @@ LANGUAGES = {"de": "German", "en": "English"}  # the two halves of a direction s
 
 
 def _sentences(arguments: list[str], language: str = "German") -> list[str | None]:
-    """The sentences to translate: the arguments, else the lines of stdin; None for one that is not UTF-8 text."""
+    """The sentences to translate: the arguments, else the lines of stdin; None
+    for one that is not UTF-8 text."""
     if not arguments and sys.stdin is None:
-        raise ValueError("no sentences to translate and no standard input; pass them as arguments or on stdin")
+        raise ValueError("no sentences to translate and no standard input; pass "
+                         "them as arguments or on stdin")
     if not arguments and sys.stdin.isatty():
-        print(f"Type {language} sentences, one per line, then Ctrl-D (on Windows Ctrl-Z, Enter); or pass them as "
-              "arguments: translate --checkpoint DIR \"Ein Hund.\"", file=sys.stderr)
+        print(f"Type {language} sentences, one per line, then Ctrl-D "
+              "(on Windows Ctrl-Z, Enter); or pass them as arguments: translate "
+              "--checkpoint DIR \"Ein Hund.\"", file=sys.stderr)
     kind = "argument" if arguments else "line"
-    raw = [a.encode("utf-8", "surrogateescape") for a in arguments] or _lines(sys.stdin.buffer.read())
+    raw = ([a.encode("utf-8", "surrogateescape") for a in arguments]
+           or _lines(sys.stdin.buffer.read()))
     sentences: list[str | None] = []
     for number, item in enumerate(raw, start=1):
         try:
             sentences.append(item.decode("utf-8"))
         except UnicodeDecodeError:
-            print(f"error: {kind} {number} is not UTF-8 text; its output line is left empty", file=sys.stderr)
+            print(f"error: {kind} {number} is not UTF-8 text; its output line is "
+                  "left empty", file=sys.stderr)
             sentences.append(None)
     return sentences
 
@@ -160,7 +174,8 @@ def _lines(text: bytes) -> list[bytes]:
 
 
 def _saved(out: Path) -> RunRecord | None:
-    """The record of the run folder's `last/` checkpoint; None when it has none, or one that cannot be read."""
+    """The record of the run folder's `last/` checkpoint; None when it has none,
+    or one that cannot be read."""
     if not has_checkpoint(out):
         return None
     try:
@@ -170,44 +185,51 @@ def _saved(out: Path) -> RunRecord | None:
 
 
 def _run_folder(out: str) -> Path:
-    """The run folder, made if need be; refused, saying why, when it is a file or a checkpoint or cannot be made."""
+    """The run folder, made if need be; refused, saying why, when it is a file
+    or a checkpoint or cannot be made."""
     path = Path(out)
     refuse_inside_a_checkpoint(path)  # before anything is made on disk
     if path.is_file() or (path / "checkpoint.json").exists():
         kind = "a file" if path.is_file() else "a checkpoint folder (it holds checkpoint.json)"
-        raise ValueError(f"--out {out} is {kind}; name a folder for the run, for example runs/multi30k")
+        raise ValueError(f"--out {out} is {kind}; name a folder for the run, for "
+                         "example runs/multi30k")
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as error:
-        raise OSError(f"cannot create {out}: {error.strerror}; choose an --out you can write to") from None
+        raise OSError(f"cannot create {out}: {error.strerror}; choose an --out you "
+                      "can write to") from None
     return path
 
 
 def _interrupted(args: argparse.Namespace, stop: KeyboardInterrupt) -> str:
-    """The line main prints when Ctrl-C or SIGTERM stops a command: for train, what the next run starts from."""
+    """The line main prints when Ctrl-C or SIGTERM stops a command: for train,
+    what the next run starts from."""
     what = "stopped by SIGTERM" if isinstance(stop, Terminated) else "interrupted"
     if args.command != "train":
         return what
     saved = _saved(Path(args.out))
     if saved is None:
-        return (f"{what} before the run's first checkpoint ({args.out}/last is saved every {SAVE_EVERY_STEPS} "
-                f"updates and at the end): the same command starts the run over")
-    return (f"{what}: {args.out}/last holds update {saved.train_state.step}; run the same command again to resume "
-            f"from there")
+        return (f"{what} before the run's first checkpoint ({args.out}/last is saved every "
+                f"{SAVE_EVERY_STEPS} updates and at the end): the same command starts the run over")
+    return (f"{what}: {args.out}/last holds update {saved.train_state.step}; run "
+            "the same command again to resume from there")
 
 
 _DESCRIPTIONS = {
-    "train": "Train a translation model on Multi30k, or resume the run in OUT: Ctrl-C (or SIGTERM) stops it at the "
-    "end of an update, saved (a second Ctrl-C stops at once); the same command goes on from OUT/last. It writes "
-    f"OUT/tokenizer.json; OUT/last (the weights and Adam's state, for resuming; saved every {SAVE_EVERY_STEPS} "
-    "updates, on Ctrl-C and at the end); OUT/best (the weights with the best validation BLEU: all that translate "
-    "and evaluate need); OUT/snapshots (the last epochs' weights, for --average). Multi30k is read from the folder "
-    "$TRANSFORMER_BOOK_DATA names, else downloaded once into ~/.cache/transformer_book.",
+    "train": "Train a translation model on Multi30k, or resume the run in OUT: Ctrl-C (or "
+             "SIGTERM) stops it at the end of an update, saved (a second Ctrl-C stops at once); "
+             "the same command goes on from OUT/last. It writes OUT/tokenizer.json; OUT/last "
+             f"(the weights and Adam's state, for resuming; saved every {SAVE_EVERY_STEPS} "
+             "updates, on Ctrl-C and at the end); OUT/best (the weights with the best validation "
+             "BLEU: all that translate and evaluate need); OUT/snapshots (the last epochs' "
+             "weights, for --average). Multi30k is read from the folder $TRANSFORMER_BOOK_DATA "
+             "names, else downloaded once into ~/.cache/transformer_book.",
     "translate": "Translate sentences with a trained model (without --checkpoint, the book's "
-    "pretrained one): the arguments, else the lines of standard input. It "
-    "prints one translation per line on standard output, in the order of the sentences.",
-    "evaluate": "Translate a Multi30k split with a trained model and score it against the split's references with "
-    "sacreBLEU. It prints one line: BLEU, lowercased BLEU, BLEU's brevity penalty and sacreBLEU's signature.",
+                 "pretrained one): the arguments, else the lines of standard input. It prints "
+                 "one translation per line on standard output, in the order of the sentences.",
+    "evaluate": "Translate a Multi30k split with a trained model and score it against "
+                "the split's references with sacreBLEU. It prints one line: BLEU, "
+                "lowercased BLEU, BLEU's brevity penalty and sacreBLEU's signature.",
 }
 _EXAMPLES = """examples:
   python -m transformer_book train --preset smoke --out runs/smoke   (seconds; cpu: about an hour)
@@ -216,14 +238,16 @@ _EXAMPLES = """examples:
 
 # %% ../../../chapters/10a_engineering_the_run.ipynb #10b00044
 class _ShowDefaults(argparse.ArgumentDefaultsHelpFormatter):
-    """--help shows each option's default; an option whose default is None or off says its own in its help."""
+    """--help shows each option's default; an option whose default is None or
+    off says its own in its help."""
 
     def _get_help_string(self, action: argparse.Action) -> str:
         return action.help if action.default in (None, False) else super()._get_help_string(action)
 
 
 class _OneLineErrors(argparse.ArgumentParser):
-    """An argument parser whose errors are one line, `error: ...`, with status 2 like every other error."""
+    """An argument parser whose errors are one line, `error: ...`, with status 2
+    like every other error."""
 
     def error(self, message: str):
         self.exit(2, f"error: {message} (see {self.prog} --help)\n")
@@ -231,10 +255,13 @@ class _OneLineErrors(argparse.ArgumentParser):
 
 def _parser() -> argparse.ArgumentParser:
     """The command line's arguments, each with its default in --help."""
-    prog = "transformer-book" if Path(sys.argv[0]).name == "transformer-book" else "python -m transformer_book"
-    parser = _OneLineErrors(prog=prog, description="Building the Transformer: train a translation model on "
-                            "Multi30k, translate with it, score it.", epilog=_EXAMPLES,
-                            formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
+    prog = ("transformer-book" if Path(sys.argv[0]).name == "transformer-book"
+            else "python -m transformer_book")
+    parser = _OneLineErrors(prog=prog,
+                            description="Building the Transformer: train a translation model on "
+                                        "Multi30k, translate with it, score it.",
+                            epilog=_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
+                            allow_abbrev=False)
     parser.add_argument("--version", action="version", version=f"transformer_book {__version__}")
     parser.add_argument("--debug", action="store_true", help="show the full traceback of an error")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -244,31 +271,36 @@ def _parser() -> argparse.ArgumentParser:
     p = commands.add_parser("train", help="train (or resume) a translation model on Multi30k",
                             description=_DESCRIPTIONS["train"], **command)
     p.add_argument("--preset", choices=sorted(PRESETS), default=None,
-                   help="smoke: seconds, to try the commands; cpu: about an hour on a laptop; gpu: the paper's "
-                        "base model; default: gpu with CUDA, else cpu")
+                   help="smoke: seconds, to try the commands; cpu: about an hour on a laptop; "
+                        "gpu: the paper's base model; default: gpu with CUDA, else cpu")
     p.add_argument("--out", type=_folder, default="runs/multi30k",
                    help="run folder; checkpoints in OUT/last, OUT/best")
     p.add_argument("--max-steps", type=_at_least_one, default=None,
-                   help="stop once the run has this many updates in all, those of earlier calls included "
-                        "(run again without it to go on); default: train the whole budget")
+                   help="stop once the run has this many updates in all, those of earlier calls "
+                        "included (run again without it to go on); default: train the whole budget")
     p.add_argument("--amp", choices=AMP_CHOICES, default=None,
-                   help="arithmetic; default: the preset's (auto); off = float32, also where bfloat16 is available")
+                   help="arithmetic; default: the preset's (auto); off = float32, "
+                        "also where bfloat16 is available")
     p.add_argument("--direction", choices=DIRECTIONS, default=None,
-                   help="de-en: German in, English out; en-de: the other way; default: the preset's (de-en)")
-    p = commands.add_parser("translate", help="translate sentences (arguments, or lines on stdin) with a trained "
-                            "model", description=_DESCRIPTIONS["translate"], **command)
+                   help="de-en: German in, English out; en-de: the other way; "
+                        "default: the preset's (de-en)")
+    p = commands.add_parser("translate", help="translate sentences (arguments, or lines on stdin) "
+                            "with a trained model", description=_DESCRIPTIONS["translate"],
+                            **command)
     p.add_argument("--checkpoint", type=_checkpoint_folder, default=None,
                    help="a checkpoint folder, e.g. runs/multi30k/best; default: the book's "
                         "pretrained translator (pip install \"transformer-book[pretrained]\")")
     _decoding_options(p)
     p.add_argument("sentences", nargs="*",
-                   help="sentences in the run's source language (German unless trained en-de); none: stdin")
+                   help="sentences in the run's source language "
+                        "(German unless trained en-de); none: stdin")
     p = commands.add_parser("evaluate", help="sacreBLEU of a checkpoint on a Multi30k split",
                             description=_DESCRIPTIONS["evaluate"], **command)
     p.add_argument("--checkpoint", type=_checkpoint_folder, default=None,
                    help="a checkpoint folder, e.g. runs/multi30k/best; default: the book's "
                         "pretrained translator (pip install \"transformer-book[pretrained]\")")
-    p.add_argument("--split", default="test2016", choices=sorted(data.SPLITS), help="the Multi30k split to score")
+    p.add_argument("--split", default="test2016", choices=sorted(data.SPLITS),
+                   help="the Multi30k split to score")
     _decoding_options(p)
     return parser
 
@@ -321,15 +353,17 @@ _OS_ERROR_ADVICE = {
     errno.ENAMETOOLONG: "a name in the path is too long: choose a shorter one",
     errno.ENOTDIR: "a part of the path is a file, not a folder: check the path",
     errno.ELOOP: "the path loops through symbolic links: check where the links point",
-    errno.EINVAL: "the file system refuses this name: choose another (without : * ? or control characters)",
+    errno.EINVAL: "the file system refuses this name: choose another "
+                  "(without : * ? or control characters)",
 }
 
 
 def error_line(error: BaseException) -> str:
-    """The one line an error becomes: its message; for a bare memory or file-system error, the cause and a fix."""
+    """The one line an error becomes: its message; for a bare memory or
+    file-system error, the cause and a fix."""
     if isinstance(error, MemoryError):
-        return ("error: out of memory; translate fewer sentences at once, use a smaller --beam-size, or train a "
-                "smaller preset")
+        return ("error: out of memory; translate fewer sentences at once, use a "
+                "smaller --beam-size, or train a smaller preset")
     if isinstance(error, OSError) and error.errno in _OS_ERROR_ADVICE:
         where = f" ({error.filename})" if error.filename else ""
         return f"error: {error.strerror}{where}; {_OS_ERROR_ADVICE[error.errno]}"
@@ -337,7 +371,8 @@ def error_line(error: BaseException) -> str:
 
 
 def _silence_stdout() -> None:
-    """Point stdout at /dev/null, so that Python's own flush at exit does not report the closed pipe again."""
+    """Point stdout at /dev/null, so that Python's own flush at exit does not
+    report the closed pipe again."""
     try:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     # stdout without a file descriptor (a test's capture): nothing to flush
@@ -354,7 +389,8 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "translate":
         sentences = _sentences(args.sentences, LANGUAGES[translator.direction[:2]])
         readable = [s for s in sentences if s is not None]
-        translations = iter(translator.translate(readable, beam_size, length_penalty=args.length_penalty))
+        translations = iter(translator.translate(readable, beam_size,
+                                                 length_penalty=args.length_penalty))
         for sentence in sentences:
             print(next(translations) if sentence is not None else "")
         return 0 if len(readable) == len(sentences) else 2
@@ -367,27 +403,30 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _train(args: argparse.Namespace) -> int:
-    """`train`: say so when the run is already complete, else train or resume it; then say where it stands."""
+    """`train`: say so when the run is already complete, else train or resume
+    it; then say where it stands."""
     # started by torchrun with several processes
     distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
     preset = choose_preset(args.preset, amp=args.amp, direction=args.direction)
     saved = None if distributed else _saved(_run_folder(args.out))
     if saved is not None and (name := saved.preset.get("name", preset.name)) != preset.name:
-        raise ValueError(f"{args.out} holds a run of preset {name!r}, not {preset.name!r}: resume it with --preset "
-                         f"{name}, or give another --out to train anew")
+        raise ValueError(f"{args.out} holds a run of preset {name!r}, not {preset.name!r}: "
+                         f"resume it with --preset {name}, or give another --out to train anew")
     if saved is not None and (differences := preset_differences(saved.preset, preset)):
         # refused here, before train() takes the folder's lock and tidies it: a refused command
         # changes nothing
-        raise ValueError(f"{args.out} holds a run of preset {name!r} with other settings ({differences}); "
-                         f"resume it with the same options, or give another --out to train anew")
+        raise ValueError(f"{args.out} holds a run of preset {name!r} with other "
+                         f"settings ({differences}); resume it with the same "
+                         "options, or give another --out to train anew")
     if saved is not None and saved.is_complete():
-        print(f"the run in {args.out} is complete ({saved.train_state.step} updates); nothing to train. "
-              f"Translate with its best weights, or give another --out to train anew", file=sys.stderr)
+        print(f"the run in {args.out} is complete ({saved.train_state.step} updates); "
+              "nothing to train. Translate with its best weights, or give another "
+              "--out to train anew", file=sys.stderr)
         run = saved
     elif saved is not None and saved.has_reached(args.max_steps):
-        print(f"the run in {args.out} already has {saved.train_state.step} updates (--max-steps {args.max_steps} "
-              f"asks for no more); nothing to train. Give a larger --max-steps, or leave it out to train the whole "
-              f"budget", file=sys.stderr)
+        print(f"the run in {args.out} already has {saved.train_state.step} updates "
+              f"(--max-steps {args.max_steps} asks for no more); nothing to train. Give a "
+              "larger --max-steps, or leave it out to train the whole budget", file=sys.stderr)
         return 0
     else:
         device = _join_torchrun() if distributed else None
@@ -399,22 +438,26 @@ def _train(args: argparse.Namespace) -> int:
     if int(os.environ.get("RANK", "0")) == 0:
         if run.history:
             best = max(r["val_bleu"] for r in run.history)
-            print(f"best validation BLEU {best:.2f}; checkpoints in {args.out}/best and {args.out}/last")
+            print(f"best validation BLEU {best:.2f}; checkpoints in {args.out}/best "
+                  f"and {args.out}/last")
         else:
-            print(f"stopped after {run.train_state.step} updates ({run.stopped}), before the first epoch ended, so "
-                  f"nothing is scored yet; run again without --max-steps to go on (checkpoint in {args.out}/last)")
+            print(f"stopped after {run.train_state.step} updates ({run.stopped}), "
+                  "before the first epoch ended, so nothing is scored yet; run again "
+                  f"without --max-steps to go on (checkpoint in {args.out}/last)")
     return 0
 
 
 def _join_torchrun():
-    """Join torchrun's processes, saying where first: a stray WORLD_SIZE would otherwise wait without a word."""
+    """Join torchrun's processes, saying where first: a stray WORLD_SIZE would
+    otherwise wait without a word."""
     world, where = os.environ["WORLD_SIZE"], os.environ.get("MASTER_ADDR")
     if where is None:
-        raise ValueError(f"WORLD_SIZE={world} is set but MASTER_ADDR is not: start several processes with "
-                         f"torchrun, or unset WORLD_SIZE to train in this one")
+        raise ValueError(f"WORLD_SIZE={world} is set but MASTER_ADDR is not: start several "
+                         "processes with torchrun, or unset WORLD_SIZE to train in this one")
     if os.environ.get("RANK", "0") == "0":
-        print(f"waiting up to {JOIN_TIMEOUT.total_seconds() / 60:g} minutes for the {world} processes of "
-              f"WORLD_SIZE={world} to meet at {where}:{os.environ.get('MASTER_PORT', '?')}; if nothing follows, "
-              f"the others never started: start them with torchrun, or unset WORLD_SIZE", file=sys.stderr,
+        print(f"waiting up to {JOIN_TIMEOUT.total_seconds() / 60:g} minutes for the {world} "
+              f"processes of WORLD_SIZE={world} to meet at "
+              f"{where}:{os.environ.get('MASTER_PORT', '?')}; if nothing follows, the others "
+              "never started: start them with torchrun, or unset WORLD_SIZE", file=sys.stderr,
               flush=True)
     return start_distributed()
