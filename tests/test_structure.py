@@ -140,8 +140,7 @@ def test_module_holds_at_most_400_lines_of_code(path):
 # statements were wrapped to 100 columns), with their count of long lines then: mostly long message strings. A count
 # may only fall; a module leaves the list once it fits. Wrap them when you next edit their chapter.
 STILL_TO_WRAP = {
-    "decoding": 46,
-    "optim": 10,
+    "decoding": 36,
     "seq2seq": 28,
 }
 

@@ -23,9 +23,15 @@ MAX_NGRAM_ORDER = 4  # BLEU-4: precisions of 1-, 2-, 3- and 4-grams
 
 # %% ../../chapters/08_decoding.ipynb #0b4722c3
 def _check_decoding_inputs(
-    model: nn.Module, src: Tensor, max_len: int, bos_id: int, eos_id: int, limits: Tensor | None = None
+    model: nn.Module,
+    src: Tensor,
+    max_len: int,
+    bos_id: int,
+    eos_id: int,
+    limits: Tensor | None = None,
 ) -> None:
-    """Raise a clear error for arguments the decoders cannot use; model.encode then checks src's ids once."""
+    """Raise a clear error for arguments the decoders cannot use; model.encode then checks src's ids
+    once."""
     config = model.config
     check_token_ids("src", src)  # (B, T_src) integer ids with B, T_src >= 1 (chapter 1's checks)
     only_padding = (src == config.pad_id).all(dim=1)  # (B,)
@@ -37,21 +43,27 @@ def _check_decoding_inputs(
     check_int("max_len", max_len)  # the most tokens to generate
     if max_len > config.max_len:
         raise ValueError(
-            f"max_len must be between 1 and the model's config.max_len = {config.max_len} (the decoder reads "
-            f"positions 0 .. max_len - 1); got {max_len}"
+            f"max_len must be between 1 and the model's config.max_len = {config.max_len} "
+            f"(the decoder reads positions 0 .. max_len - 1); got {max_len}"
         )
     check_int("bos_id", bos_id, minimum=0)
     if bos_id >= config.tgt_vocab_size:
-        raise ValueError(f"bos_id must be a target token id, 0 .. {config.tgt_vocab_size - 1}; got {bos_id}")
-    check_int("eos_id", eos_id, minimum=None, hint="one the model never produces, such as -1, never stops")
+        raise ValueError(
+            f"bos_id must be a target token id, 0 .. {config.tgt_vocab_size - 1}; got {bos_id}"
+        )
+    check_int("eos_id", eos_id, minimum=None,
+              hint="one the model never produces, such as -1, never stops")
     if limits is None:
         return
-    if not isinstance(limits, Tensor) or limits.dtype.is_floating_point or limits.dtype == torch.bool:
-        raise TypeError(f"limits must be an integer tensor, one cap per sentence; got {limits!r:.80}")
+    if (not isinstance(limits, Tensor) or limits.dtype.is_floating_point
+            or limits.dtype == torch.bool):
+        raise TypeError(
+            f"limits must be an integer tensor, one cap per sentence; got {limits!r:.80}"
+        )
     if limits.shape != (src.size(0),) or not 1 <= limits.min() <= limits.max() <= max_len:
         raise ValueError(
-            f"limits must hold one cap per sentence of src, each between 1 and max_len = {max_len}; got shape "
-            f"{tuple(limits.shape)} with values {limits.tolist()!r:.80}"
+            f"limits must hold one cap per sentence of src, each between 1 and max_len = "
+            f"{max_len}; got shape {tuple(limits.shape)} with values {limits.tolist()!r:.80}"
         )
 
 
@@ -245,15 +257,20 @@ def _check_bleu_inputs(hypotheses: Sequence[str], references: Sequence[str]) -> 
     """Raise a clear error unless both are lists of strings of the same length."""
     for name, texts in (("hypotheses", hypotheses), ("references", references)):
         if isinstance(texts, str):
-            raise TypeError(f"{name} must be a list of sentences, not one string; got {texts[:40]!r}")
+            raise TypeError(
+                f"{name} must be a list of sentences, not one string; got {texts[:40]!r}"
+            )
         for i, text in enumerate(texts):
             if not isinstance(text, str):
                 raise TypeError(
-                    f"{name}[{i}] must be a string, got {type(text).__name__}; corpus_bleu takes one reference "
-                    f"per hypothesis (sacrebleu.corpus_bleu takes a list of reference lists instead)"
+                    f"{name}[{i}] must be a string, got {type(text).__name__}; corpus_bleu takes one "
+                    f"reference per hypothesis (sacrebleu.corpus_bleu takes a list of reference lists "
+                    f"instead)"
                 )
     if len(hypotheses) != len(references):
-        raise ValueError(f"need one reference per hypothesis; got {len(hypotheses)} and {len(references)}")
+        raise ValueError(
+            f"need one reference per hypothesis; got {len(hypotheses)} and {len(references)}"
+        )
 
 # %% ../../chapters/08_decoding.ipynb #7883948f
 def corpus_bleu(hypotheses: Sequence[str], references: Sequence[str], max_n: int = MAX_NGRAM_ORDER) -> float:

@@ -65,7 +65,8 @@ class AdamW(torch.optim.Optimizer):
 
 # %% ../../chapters/11_one_stack.ipynb #c11wd0a1
 def weight_decay_groups(model: nn.Module, weight_decay: float) -> list[dict]:
-    """Two optimizer groups: matrices (linear maps, embeddings) decay; vectors (biases, norm gains) do not."""
+    """Two optimizer groups: matrices (linear maps, embeddings) decay; vectors (biases, norm gains) do
+    not."""
     params = [p for p in model.parameters() if p.requires_grad]
     return [
         {"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
@@ -87,15 +88,22 @@ def cosine_rate(step: int, warmup_steps: int, total_steps: int, min_ratio: float
 
 # %% ../../chapters/11_one_stack.ipynb #c11cs0a1
 class CosineWarmupSchedule(torch.optim.lr_scheduler.LambdaLR):
-    """Linear warm-up then cosine decay, as a scheduler: call scheduler.step() after every optimizer.step()."""
+    """Linear warm-up then cosine decay, as a scheduler: call scheduler.step() after every
+    optimizer.step()."""
 
     def __init__(
-        self, optimizer: torch.optim.Optimizer, warmup_steps: int, total_steps: int, min_ratio: float = 0.0,
+        self,
+        optimizer: torch.optim.Optimizer,
+        warmup_steps: int,
+        total_steps: int,
+        min_ratio: float = 0.0,
         last_epoch: int = -1,
     ):
         check_int("warmup_steps", warmup_steps)
-        check_int("total_steps", total_steps, minimum=warmup_steps + 1, hint="larger than warmup_steps")
-        check_number("min_ratio", min_ratio, at_least=0, at_most=1, hint="the final rate over the peak")
+        check_int("total_steps", total_steps, minimum=warmup_steps + 1,
+                  hint="larger than warmup_steps")
+        check_number("min_ratio", min_ratio, at_least=0, at_most=1,
+                     hint="the final rate over the peak")
         self.warmup_steps, self.total_steps, self.min_ratio = warmup_steps, total_steps, min_ratio
         super().__init__(optimizer, self.rate, last_epoch=last_epoch)
 
