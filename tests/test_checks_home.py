@@ -9,8 +9,19 @@ import ast
 from pathlib import Path
 
 import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from transformer_book.checks import check_bool, check_even, check_int, check_number, check_probability, check_type
+from transformer_book.checks import (
+    _broadcast_shape,
+    check_bool,
+    check_even,
+    check_int,
+    check_number,
+    check_probability,
+    check_type,
+)
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "transformer_book"
 HOME = "checks.py"
@@ -196,3 +207,17 @@ def test_the_checks_return_what_they_accept():
     assert check_number("temperature", 0, at_least=0) == 0.0
     assert check_even("d_model", 8, "pairs") == 8
     assert check_type("x", 1.5, (int, float), "a number") == 1.5
+
+
+shapes = st.lists(st.integers(min_value=0, max_value=3), max_size=5)
+
+
+@settings(max_examples=400, deadline=None)
+@given(shapes, shapes)
+def test_broadcast_shape_follows_torch(a, b):
+    """check_mask's plain-Python broadcast rule gives torch.broadcast_shapes's answer, or None where torch refuses."""
+    try:
+        expected = tuple(torch.broadcast_shapes(tuple(a), tuple(b)))
+    except RuntimeError:
+        expected = None
+    assert _broadcast_shape(tuple(a), tuple(b)) == expected

@@ -771,7 +771,7 @@ def test_sigterm_in_the_clean_up_itself_leaves_no_part_file(tmp_path, monkeypatc
     def unlink_after_a_sigterm(path, missing_ok=False):
         unlinked.append(path)
         if len(unlinked) == 1:  # the handler raises where the signal lands: before this first removal
-            multi30k._raise_on_sigterm(signal.SIGTERM, None)
+            signal.raise_signal(signal.SIGTERM)  # the download's handler raises here
         real_unlink(path, missing_ok=missing_ok)
 
     class CallersHandler(Exception):
@@ -799,7 +799,7 @@ def test_sigterm_in_the_clean_up_itself_leaves_no_part_file(tmp_path, monkeypatc
 def test_sigterm_during_a_download_goes_on_to_a_handler_that_returns(tmp_path, monkeypatch):
     def terminated_transfer(url, dest, *args):
         dest.write_bytes(b"the first bytes")
-        multi30k._raise_on_sigterm(signal.SIGTERM, None)
+        signal.raise_signal(signal.SIGTERM)  # the download's handler raises here
 
     noted = []
     monkeypatch.setattr(multi30k, "_fetch", terminated_transfer)

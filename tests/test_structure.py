@@ -136,15 +136,6 @@ def test_module_holds_at_most_400_lines_of_code(path):
         f"{module_name(path)} has {lines} lines of code; split it by concept (limit {MAX_MODULE_CODE_LINES})")
 
 
-# Modules still over the share when the rule came in (2026-11-28, after the chapters' comments, docstrings and long
-# statements were wrapped to 100 columns), with their count of long lines then: mostly long message strings. A count
-# may only fall; a module leaves the list once it fits. Wrap them when you next edit their chapter.
-STILL_TO_WRAP = {
-    "decoding": 36,
-    "seq2seq": 28,
-}
-
-
 def long_lines(path: Path) -> tuple[list[int], int]:
     """The numbers of a module's lines over LONG_LINE characters (nbdev's __all__ aside), and its line count."""
     lines = path.read_text(encoding="utf-8").splitlines()
@@ -154,20 +145,9 @@ def long_lines(path: Path) -> tuple[list[int], int]:
 @pytest.mark.parametrize("path", MODULES, ids=NAMES)
 def test_module_lines_fit_a_narrow_screen(path):
     long, count = long_lines(path)
-    allowed = max(MAX_LONG_LINE_SHARE * count, STILL_TO_WRAP.get(module_name(path), 0))
-    assert len(long) <= allowed, (
+    assert len(long) <= MAX_LONG_LINE_SHARE * count, (
         f"{module_name(path)}: {len(long)} of {count} lines are over {LONG_LINE} characters (lines {long}); "
-        f"wrap them in the chapter (at most {MAX_LONG_LINE_SHARE:.0%}, or its count in STILL_TO_WRAP)")
-
-
-def test_the_modules_still_to_wrap_are_still_over_the_share():
-    fitting = [name for name, path in zip(NAMES, MODULES) if name in STILL_TO_WRAP
-               and len(long_lines(path)[0]) <= MAX_LONG_LINE_SHARE * long_lines(path)[1]]
-    assert not fitting, f"{fitting} now fit: remove them from STILL_TO_WRAP, so that they stay fitting"
-    lowered = {name: len(long_lines(path)[0]) for name, path in zip(NAMES, MODULES)
-               if name in STILL_TO_WRAP and len(long_lines(path)[0]) < STILL_TO_WRAP[name]}
-    assert not lowered, f"fewer long lines now: lower their counts in STILL_TO_WRAP to {lowered}"
-    assert set(STILL_TO_WRAP) <= set(NAMES), f"no such modules: {set(STILL_TO_WRAP) - set(NAMES)}"
+        f"wrap them in the chapter (at most {MAX_LONG_LINE_SHARE:.0%})")
 
 
 @pytest.mark.parametrize("path", MODULES, ids=NAMES)

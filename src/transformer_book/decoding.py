@@ -179,13 +179,12 @@ def beam_search(
 ) -> Tensor:
     """Keep the beam_size best partial outputs per sentence; return the best one of each sentence.
 
-    Hypotheses are ranked by s(Y, X) = log p(Y | X) / lp(Y), with lp the GNMT length penalty of exponent
-    length_penalty (0 turns it off); finished ones stay in the beam, and the best finished one of each
-    sentence is also remembered, so that it is returned even if unfinished hypotheses push it out of the
-    beam and then end worse. The search stops when all hypotheses have produced eos_id or after max_len
-    steps (then unfinished ones compete too). src (B, T_src) -> (B, 1 + T_out) long, starting with BOS,
-    padded after EOS. beam_size=1 gives greedy_decode's output; with limits, each sentence's output is the one
-    it gets alone with max_len = its limit. The model runs in eval mode; its mode is restored afterwards.
+    Hypotheses are ranked by s(Y, X) = log p(Y | X) / lp(Y), lp the GNMT length penalty of exponent
+    length_penalty (0: none); finished ones stay in the beam, and each sentence's best finished one is
+    remembered, returned even if unfinished ones push it out and then end worse. It stops when all
+    have produced eos_id or after max_len steps (then unfinished ones compete too). src (B, T_src) ->
+    (B, 1 + T_out) long, BOS first, padded after EOS. beam_size=1 gives greedy_decode's output; with
+    limits, each sentence gets what it gets alone with max_len = its limit. Eval mode, then restored.
     """
     _check_decoding_inputs(model, src, max_len, bos_id, eos_id, limits)
     _check_beam_settings(beam_size, length_penalty)
@@ -201,26 +200,26 @@ def beam_search(
         tokens = torch.full((batch * k, 1), bos_id, dtype=torch.long, device=device)  # (B*K, 1)
         scores = torch.full((batch, k), float("-inf"), dtype=dtype, device=device)  # (B, K): log p(y_<t | X)
         scores[:, 0] = 0.0  # start from a single hypothesis, BOS
-        lengths = torch.zeros(batch, k, dtype=dtype, device=device)  # (B, K): tokens generated, EOS included
+        lengths = torch.zeros(batch, k, dtype=dtype, device=device)  # (B, K): tokens, EOS included
         finished = torch.zeros(batch, k, dtype=torch.bool, device=device)  # (B, K)
-        offsets = torch.arange(batch, device=device)[:, None] * k  # (B, 1): first row of each sentence
+        offsets = torch.arange(batch, device=device)[:, None] * k  # (B, 1): sentences' first rows
         rows = torch.arange(batch, device=device)  # (B,)
-        best_done_score = torch.full((batch,), float("-inf"), dtype=dtype, device=device)  # (B,): s(Y, X)
-        best_done = torch.full((batch, 1 + max_len), pad_id, dtype=torch.long, device=device)  # (B, 1 + max_len)
-        caps = torch.full((batch,), max_len, device=device) if limits is None else limits.to(device)  # (B,)
+        # each sentence's best finished hypothesis: s(Y, X) (B,) and tokens (B, 1 + max_len)
+        best_done_score = torch.full((batch,), float("-inf"), dtype=dtype, device=device)
+        best_done = torch.full((batch, 1 + max_len), pad_id, dtype=torch.long, device=device)
+        caps = torch.full((batch,), max_len, device=device) if limits is None else limits.to(device)
         for step in range(max_len):
             logits = model.decode(tokens[:, -1:], memory, src_mask, cache=cache, check_ids=False)[:, -1]
             log_probs = torch.log_softmax(logits.to(dtype), dim=-1).view(batch, k, -1)  # (B, K, vocab_size)
             vocab = log_probs.size(-1)
             # A finished hypothesis may only be extended by padding, at no cost: it stays as it is.
-            done_row = torch.full((vocab,), float("-inf"), dtype=dtype, device=device)  # (vocab_size,)
+            done_row = torch.full((vocab,), float("-inf"), dtype=dtype, device=device)  # (vocab,)
             done_row[pad_id] = 0.0
             log_probs = torch.where(finished[..., None], done_row, log_probs)  # (B, K, vocab_size)
             candidates = scores[..., None] + log_probs  # (B, K, vocab_size): log p(y_<t | X) + log p(y_t | y_<t, X)
-            # (B, K, vocab_size)
             cand_lengths = torch.where(finished, lengths, lengths + 1)[..., None].expand(-1, -1, vocab)
-            ranking = candidates / gnmt_length_penalty(cand_lengths, length_penalty)  # (B, K, vocab_size): s(Y, X)
-            top = ranking.view(batch, -1).topk(k, dim=-1).indices  # (B, K): indices into K * vocab_size
+            ranking = candidates / gnmt_length_penalty(cand_lengths, length_penalty)  # s(Y, X)
+            top = ranking.view(batch, -1).topk(k, dim=-1).indices  # (B, K): into K * vocab_size
             beam_origin, next_token = top // vocab, top % vocab  # (B, K) each
             scores = candidates.view(batch, -1).gather(1, top)  # (B, K)
             lengths = cand_lengths.reshape(batch, -1).gather(1, top)  # (B, K)
@@ -228,19 +227,20 @@ def beam_search(
             finished = finished.gather(1, beam_origin) | (next_token == eos_id) | (caps <= step + 1)[:, None]
             flat_origin = (beam_origin + offsets).view(-1)  # (B*K,): rows the survivors come from
             tokens = torch.cat([tokens[flat_origin], next_token.view(-1, 1)], dim=1)  # (B*K, t + 1)
-            for layer_cache in cache:
-                layer_cache.self_attn.select(flat_origin)  # the cached prefixes follow their hypotheses
-            # Remember each sentence's best finished hypothesis: later steps may push it out of the beam.
+            for layer_cache in cache:  # the cached prefixes follow their hypotheses
+                layer_cache.self_attn.select(flat_origin)
+            # Remember each sentence's best finished hypothesis: later steps may push it out.
             done_score = scores / gnmt_length_penalty(lengths, length_penalty)  # (B, K): s(Y, X)
             done_best, done_at = done_score.masked_fill(~finished, float("-inf")).max(dim=-1)  # (B,), (B,)
             improved = done_best > best_done_score  # (B,)
             best_done_score = torch.where(improved, done_best, best_done_score)  # (B,)
             new_best = tokens.view(batch, k, -1)[rows, done_at]  # (B, t + 1)
-            seen = best_done[:, : new_best.size(1)]  # (B, t + 1); torch.where, not best_done[improved]: no sync
-            best_done[:, : new_best.size(1)] = torch.where(improved[:, None], new_best, seen)  # pad after EOS
+            # torch.where, not best_done[improved]: no wait for the device; padded after EOS
+            seen = best_done[:, : new_best.size(1)]  # (B, t + 1)
+            best_done[:, : new_best.size(1)] = torch.where(improved[:, None], new_best, seen)
             if finished.all():
                 break
-        final = scores / gnmt_length_penalty(lengths, length_penalty)  # (B, K): s(Y, X) of the last beam
+        final = scores / gnmt_length_penalty(lengths, length_penalty)  # (B, K): s(Y, X), last beam
         best = final.argmax(dim=-1)  # (B,)
         chosen = tokens.view(batch, k, -1)[rows, best]  # (B, 1 + T_out)
         from_record = best_done_score > final[rows, best]  # (B,): a finished hypothesis that left the beam won

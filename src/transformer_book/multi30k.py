@@ -8,13 +8,13 @@ __all__ = ['MULTI30K_COMMIT', 'MULTI30K_URL', 'MULTI30K_BRANCH_URL', 'MULTI30K_F
 import http.client
 import os
 import signal
-import threading
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 from .hashing import file_sha256
+from .interrupts import Terminated, sigterm_as_interrupt
 
 # %% ../../chapters/09_translation_data.ipynb #8de2cb09
 # One commit of the dataset repository, not its moving `master` branch: the sha256 sums below are of
@@ -121,37 +121,23 @@ _OFFLINE_ADVICE = (
 _TRANSFER_ERRORS = (urllib.error.URLError, http.client.HTTPException, ConnectionError, TimeoutError)
 
 
-class _Terminated(Exception):
-    """SIGTERM arrived during a download (raised so that the temporary file is removed on the way out)."""
-
-
-def _raise_on_sigterm(signum, frame):
-    raise _Terminated()
-
-
 def _download_verified(name: str, folder: Path) -> None:
     """Download one file into `folder`, verified, leaving no `.part` file behind, even on SIGTERM.
 
-    SIGTERM is held only while the download runs: once the temporary files are gone, the signal goes
-    on to the handler that was there before (with none, it ends the process as it would have without
-    the download)."""
-    # only there can signals be handled
-    in_main_thread = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, _raise_on_sigterm) if in_main_thread else None
+    SIGTERM raises only while the download runs: once the temporary files are gone, the signal goes on
+    to the handler that was there before (with none, it ends the process as it would have without the
+    download)."""
     part_files: list[Path] = []  # every temporary file, listed before it is created
     try:
-        _download_attempts(name, folder, part_files)
-    except _Terminated:  # it can come between any two lines, outside the `try` that removes a file
+        with sigterm_as_interrupt():
+            _download_attempts(name, folder, part_files)
+    except Terminated:  # it can come between any two lines, outside the `try` that removes a file
         for part in part_files:
             part.unlink(missing_ok=True)
-        signal.signal(signal.SIGTERM, previous)
-        # no temporary file left: on to the handler the caller had
+        # no temporary file left: on to the handler the caller had, back since the `with` ended
         signal.raise_signal(signal.SIGTERM)
         # that handler returned
-        raise KeyboardInterrupt(f"SIGTERM during the download of {name}") from None
-    finally:
-        if in_main_thread:
-            signal.signal(signal.SIGTERM, previous)
+        raise Terminated(f"SIGTERM during the download of {name}") from None
 
 
 def _download_failure(name: str, url: str, failures: list[str], folder: Path) -> DataError:

@@ -17,6 +17,7 @@ from pathlib import Path
 import torch.distributed as dist
 
 from .. import __version__, data
+from ..interrupts import Terminated, sigterm_as_interrupt
 from .checkpoint import RunRecord, average_checkpoints, load_checkpoint
 from .distributed import JOIN_TIMEOUT, start_distributed
 from .presets import AMP_CHOICES, DIRECTIONS, PRESETS, Preset, choose_preset
@@ -25,7 +26,6 @@ from .presets import pick_device, preset_differences
 from .loop import SAVE_EVERY_STEPS, train
 from .runfolder import existing, has_checkpoint, last_snapshots
 from .runfolder import refuse_inside_a_checkpoint
-from .stopping import Terminated, sigterm_as_interrupt
 from .safefiles import read_record
 from .translate import Translator, evaluate
 from .translate import pretrained_checkpoint, pretrained_record

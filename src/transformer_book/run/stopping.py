@@ -3,13 +3,11 @@
 (chapter 10's companion)."""
 
 # %% auto #0
-__all__ = ['INTERRUPTED', 'STOP_SIGNALS', 'StopRequest', 'Terminated', 'sigterm_as_interrupt']
+__all__ = ['INTERRUPTED', 'STOP_SIGNALS', 'StopRequest']
 
 # %% ../../../chapters/10a_engineering_the_run.ipynb #9c5ff5df
 import signal
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from types import FrameType
 
 # %% ../../../chapters/10a_engineering_the_run.ipynb #bac2acd3
@@ -62,24 +60,3 @@ class StopRequest:
         if self.signum is not None:
             signal.raise_signal(self.signum)
         raise KeyboardInterrupt
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM (`kill`, a batch scheduler or a notebook host ending the process), stopped as Ctrl-C stops."""
-
-
-@contextmanager
-def sigterm_as_interrupt() -> Iterator[None]:
-    """Within: SIGTERM raises Terminated, so that the command line lets go of the run folder's lock
-    and says where the run stands. While train's StopRequest holds SIGTERM, it stops at the end of
-    an update, saves, then hands the signal on to this handler."""
-    def terminate(signum: int, frame: FrameType | None) -> None:
-        raise Terminated
-
-    main_thread = threading.current_thread() is threading.main_thread()  # only it may set a handler
-    previous = signal.signal(signal.SIGTERM, terminate) if main_thread else None
-    try:
-        yield
-    finally:
-        if main_thread:
-            signal.signal(signal.SIGTERM, previous or signal.SIG_DFL)  # None: set outside Python
