@@ -22,8 +22,7 @@ class Terminated(KeyboardInterrupt):
 def sigterm_as_interrupt() -> Iterator[None]:
     """Within: SIGTERM raises Terminated wherever the program is, so that its `except` and `finally`
     blocks remove temporary files and let go of locks on the way out. On leaving, the previous
-    handler is back.
-    Outside the main thread, where Python sets no handler, it changes nothing."""
+    handler is back. Outside the main thread, where Python sets no handler, it changes nothing."""
     def terminate(signum: int, frame: FrameType | None) -> None:
         raise Terminated
 
