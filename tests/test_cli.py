@@ -5,6 +5,7 @@ Each test is a probe of the package review (a slip a user made, what the command
 each fails on the code before its fix."""
 
 import dataclasses
+import io
 import os
 import shutil
 import signal
@@ -65,7 +66,7 @@ def test_each_command_s_help_says_what_it_does_and_what_it_writes_where(capsys):
     assert "examples: python -m transformer_book train --preset smoke" in top
     train = _help(capsys, "train")
     for said in ("resume the run in OUT", "OUT/tokenizer.json", "OUT/last", "OUT/best", "OUT/snapshots",
-                 f"saved every {SAVE_EVERY_STEPS} updates", "$TRANSFORMER_BOOK_DATA", "~/.cache/transformer_book",
+                 f"saved when the first epoch ends, every {SAVE_EVERY_STEPS} updates", "$TRANSFORMER_BOOK_DATA", "~/.cache/transformer_book",
                  "smoke: seconds", "updates in all, those of earlier calls included"):
         assert said in train, f"train --help does not say {said!r}"
     assert "one translation per line on standard output" in _help(capsys, "translate")
@@ -364,3 +365,27 @@ def test_a_read_only_run_folder_is_refused_before_anything_is_trained_or_renamed
     assert f"cannot write in {(run / folder).resolve()}" in err and "give that as --out" in err, err
     monkeypatch.undo()
     assert {p.relative_to(run): p.stat().st_mtime_ns for p in run.rglob("*")} == before  # nothing written
+
+
+class _Writes(io.RawIOBase):
+    """A raw stream that keeps each write it receives, as the operating system would see them."""
+
+    def __init__(self):
+        self.calls: list[bytes] = []
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, chunk) -> int:
+        self.calls.append(bytes(chunk))
+        return len(chunk)
+
+
+def test_an_error_line_reaches_stderr_in_one_write(monkeypatch, tmp_path):
+    # Python's stderr is unbuffered and writes through: print sent the text and its newline in two writes, and
+    # the two lines of torchrun's two processes, which share a terminal, came out as one run-on line
+    raw = _Writes()
+    monkeypatch.setattr(sys, "stderr", io.TextIOWrapper(raw, encoding="utf-8", write_through=True))
+    assert cli.main(["translate", "--checkpoint", str(tmp_path / "nowhere"), "Ein Hund."]) == 2
+    sys.stderr.flush()
+    assert len(raw.calls) == 1 and raw.calls[0].startswith(b"error: ") and raw.calls[0].endswith(b"\n"), raw.calls

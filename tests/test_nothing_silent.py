@@ -21,7 +21,7 @@ from safetensors import SafetensorError
 
 from transformer_book import data, multi30k
 from transformer_book.model import Transformer
-from transformer_book.run import checkpoint, cli, runfolder
+from transformer_book.run import checkpoint, cli, loop, runfolder
 from transformer_book.run.checkpoint import RunRecord, load_checkpoint, save_checkpoint
 from transformer_book.run.loop import train
 from transformer_book.run.presets import PRESETS, model_config
@@ -515,3 +515,28 @@ def test_a_run_folder_reached_through_a_link_still_saves(saved, tmp_path):
     save_checkpoint(tmp_path / "link" / "best", _tiny_model(TOKENIZER.get_vocab_size()), None, RECORD,
                     saved / "tokenizer.json")
     load_checkpoint(saved.parent / "best")
+
+
+@needs_data
+def test_a_crash_after_the_first_epoch_and_before_any_periodic_save_resumes_where_the_epoch_ended(tmp_path,
+                                                                                                  monkeypatch):
+    # The first epoch ends long before update SAVE_EVERY_STEPS (here and in every preset), and best/ is written
+    # then: the run dies in the second epoch, before any save of its own
+    whole = train(TINY, tmp_path / "whole", device=CPU, progress=False)
+    after_step = loop.after_step
+
+    def machine_dies(run, max_steps, state):
+        if state.epoch == 1 and state.batch_in_epoch == 2:
+            raise RuntimeError("the machine died")
+        return after_step(run, max_steps, state)
+
+    monkeypatch.setattr(loop, "after_step", machine_dies)
+    with pytest.raises(RuntimeError, match="the machine died"):
+        train(TINY, tmp_path / "split", device=CPU, progress=False)
+    monkeypatch.undo()
+    assert whole.train_state.step < loop.SAVE_EVERY_STEPS
+    # before: no last/ beside best/, and the same call refused the folder as one that "has lost last/"
+    resumed = train(TINY, tmp_path / "split", device=CPU, progress=False)
+    assert resumed.train_state.losses == whole.train_state.losses  # bit for bit
+    scores = ("epoch", "step", "train_loss", "val_loss", "val_bleu")
+    assert [[h[k] for k in scores] for h in resumed.history] == [[h[k] for k in scores] for h in whole.history]

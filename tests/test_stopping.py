@@ -17,8 +17,13 @@ import torch
 from conftest import needs_data
 
 import transformer_book.run.loop
+from transformer_book import data
+from transformer_book.interrupts import signals_wait
+from transformer_book.model import Transformer
+from transformer_book.run import checkpoint
+from transformer_book.run.checkpoint import load_checkpoint, save_checkpoint
 from transformer_book.run.loop import train
-from transformer_book.run.presets import PRESETS
+from transformer_book.run.presets import PRESETS, model_config
 from transformer_book.run.stopping import INTERRUPTED, StopRequest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -177,6 +182,74 @@ def test_an_ignored_signal_and_another_thread_are_left_alone():
     thread.join()
     assert seen == [{}]
 
+
+
+def test_signals_wait_holds_ctrl_c_and_sigterm_then_hands_them_on_in_the_order_they_came():
+    heard = []
+
+    def hear(signum, frame):
+        heard.append(signum)
+    previous = {signum: signal.signal(signum, hear) for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with signals_wait():
+            for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGINT):
+                signal.raise_signal(signum)
+            assert heard == []  # nothing reached the handlers while the block ran
+        assert heard == [signal.SIGINT, signal.SIGTERM, signal.SIGINT]
+        assert signal.getsignal(signal.SIGINT) is hear and signal.getsignal(signal.SIGTERM) is hear
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def test_signals_wait_leaves_an_ignored_signal_ignored():
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with signals_wait():
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+            signal.raise_signal(signal.SIGINT)  # ignored, as before: nothing to hand on
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _ctrl_c_twice_while_writing(monkeypatch) -> None:
+    """Make save_checkpoint receive two Ctrl-C just before it writes the weights."""
+    write = checkpoint.save_file
+
+    def interrupted_write(*args, **kwargs):
+        signal.raise_signal(signal.SIGINT)
+        signal.raise_signal(signal.SIGINT)
+        return write(*args, **kwargs)
+    monkeypatch.setattr(checkpoint, "save_file", interrupted_write)
+
+
+def _small_model_and_tokenizer(tmp_path: Path) -> tuple[Transformer, Path]:
+    tokenizer = data.train_tokenizer(["ein hund läuft", "a dog runs"] * 40, vocab_size=60)
+    data.save_tokenizer(tokenizer, tmp_path / "tok.json")
+    torch.manual_seed(0)
+    return Transformer(model_config(PRESETS["smoke"], tokenizer.get_vocab_size())), tmp_path / "tok.json"
+
+
+def test_ctrl_c_twice_during_a_save_waits_for_the_save_then_interrupts(ctrl_c_as_in_a_terminal, monkeypatch,
+                                                                       tmp_path):
+    model, tokenizer = _small_model_and_tokenizer(tmp_path)
+    _ctrl_c_twice_while_writing(monkeypatch)
+    with pytest.raises(KeyboardInterrupt):
+        save_checkpoint(tmp_path / "best", model, None, None, tokenizer)
+    reloaded, _ = load_checkpoint(tmp_path / "best")  # whole: the interruption came once it was in place
+    assert all(torch.equal(a, b) for a, b in zip(reloaded.state_dict().values(), model.state_dict().values()))
+    assert not list(tmp_path.glob(".best-*.tmp"))
+
+
+def test_under_a_stop_request_the_first_ctrl_c_of_a_save_is_noted_and_the_second_interrupts_after_it(
+        ctrl_c_as_in_a_terminal, monkeypatch, tmp_path):
+    model, tokenizer = _small_model_and_tokenizer(tmp_path)
+    _ctrl_c_twice_while_writing(monkeypatch)
+    with StopRequest() as request, pytest.raises(KeyboardInterrupt):
+        save_checkpoint(tmp_path / "last", model, torch.optim.Adam(model.parameters()), None, tokenizer)
+    assert request.signum == signal.SIGINT
+    load_checkpoint(tmp_path / "last")
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 @needs_data
 def test_train_puts_the_handlers_back_when_it_returns_and_when_it_raises(tmp_path, monkeypatch,

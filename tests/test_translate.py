@@ -437,13 +437,15 @@ def test_train_keeps_the_last_snapshots_and_never_lets_last_get_ahead_of_best(tm
     snapshots = sorted(p.name for p in (tmp_path / "run" / "snapshots").iterdir())
     last_step = json.loads((tmp_path / "run" / "last" / "checkpoint.json").read_text())["train_state"]["step"]
     assert len(snapshots) == 2 and snapshots[-1] == f"step-{last_step:06d}"
-    # Only the epochs that will be averaged get a snapshot, and `last/` is written once at the end of so short a run.
-    assert [kind for kind, _, _ in saved].count("snapshot") == 2
-    assert [kind for kind, _, _ in saved].count("last") == 1 and saved[-1][0] == "last"
+    # Only the epochs that will be averaged get a snapshot. `last/` is written at the first epoch's last update,
+    # before the first `best/` (a folder with `best/` and no `last/` is refused as damaged), and at the end.
+    kinds = [kind for kind, _, _ in saved]
+    assert kinds.count("snapshot") == 2
+    assert kinds.count("last") == 2 and kinds[0] == "last" and kinds[-1] == "last" and saved[0][2] == 0
     # A kill between two saves must never leave `best/` or a snapshot behind what `last/` records: when `last/` is
     # written, the best epoch it records is already in `best/`, and every snapshot up to its step is on disk.
     for i, (kind, step, best_step) in enumerate(saved):
-        if kind == "last":
+        if kind == "last" and i > 0:  # the first records no scored epoch yet
             assert any(k == "best" and s == best_step for k, s, _ in saved[:i]), saved
             epochs_done = [s for k, s, _ in saved[:i] if k == "snapshot"]
             assert len(epochs_done) == 2 and max(epochs_done) <= step, saved
@@ -463,12 +465,25 @@ def test_last_is_saved_by_steps_and_a_finished_run_says_it_is_complete(tmp_path,
     monkeypatch.setattr(run_module, "save_checkpoint", recording_save)
     record = train(TINY, tmp_path / "run", device=CPU, progress=False)
     total = record.train_state.step
-    assert saved_steps == [*range(3, total, 3), total] or saved_steps == list(range(3, total + 1, 3)), saved_steps
+    # a save at the last update comes before that epoch is counted and scored: the end saves again
+    assert saved_steps == [*range(3, total + 1, 3), total], saved_steps
     assert all(r["save_seconds"] > 0 for r in record.history)
+    lines, saves = [], len(saved_steps)
+    again = train(TINY, tmp_path / "run", device=CPU, progress=False, log=lines.append)
+    assert again.train_state.step == total and len(saved_steps) == saves
+    assert any("is complete" in line and "nothing left to train" in line for line in lines), lines
+
+
+@needs_data
+def test_a_periodic_save_at_the_last_update_still_leaves_a_complete_run(tmp_path, monkeypatch):
+    total = train(TINY, tmp_path / "whole", device=CPU, progress=False).train_state.step
+    # before: that save was taken for the final one, and `last/` held the last epoch as not yet finished
+    monkeypatch.setattr(run_module, "SAVE_EVERY_STEPS", total)
+    train(TINY, tmp_path / "run", device=CPU, progress=False)
     lines = []
     again = train(TINY, tmp_path / "run", device=CPU, progress=False, log=lines.append)
-    assert again.train_state.step == total and len(saved_steps) == len(set(saved_steps))
-    assert any("is complete" in line and "nothing left to train" in line for line in lines), lines
+    assert any("is complete" in line for line in lines), lines
+    assert len(again.history) == TINY.epochs  # no epoch scored twice
 
 
 @needs_data

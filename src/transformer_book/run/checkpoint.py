@@ -20,6 +20,7 @@ from tokenizers import Tokenizer
 
 from ..checks import check_int
 from ..hashing import file_sha256
+from ..interrupts import signals_wait
 from ..model import Transformer, TransformerConfig
 from .presets import Preset
 from .runfolder import existing, read_tokenizer
@@ -163,7 +164,7 @@ def save_checkpoint(
     random_states: list[dict[str, torch.Tensor]] | None = None,
 ) -> Path:
     """Write a checkpoint folder atomically: a crash at any moment leaves the old one or the new
-    one.
+    one, and a Ctrl-C or SIGTERM waits until it is written.
 
     With an optimizer it also keeps `random_states`: every process's generators (`random_state`), in
     the order of the ranks; by default this process's alone. Saves into one folder take turns (they
@@ -180,7 +181,7 @@ def save_checkpoint(
                          "process (rank 0 first), or None for this process's alone")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with lock_file(path.parent, wait=True, folder=True):
+    with signals_wait(), lock_file(path.parent, wait=True, folder=True):
         # This save's own temporary folder, next to the target (a rename cannot cross file systems):
         # a kill leaves only a `.NAME-*.tmp`, which the next run clears.
         tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}-", suffix=".tmp", dir=path.parent))

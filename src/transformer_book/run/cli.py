@@ -7,6 +7,7 @@ __all__ = ['LANGUAGES', 'main', 'error_line']
 # %% ../../../chapters/10a_engineering_the_run.ipynb #10b00007
 import argparse
 import errno
+import io
 import math
 import os
 import signal
@@ -209,18 +210,20 @@ def _interrupted(args: argparse.Namespace, stop: KeyboardInterrupt) -> str:
         return what
     saved = _saved(Path(args.out))
     if saved is None:
-        return (f"{what} before the run's first checkpoint ({args.out}/last is saved every "
-                f"{SAVE_EVERY_STEPS} updates and at the end): the same command starts the run over")
+        return (f"{what} before the run's first checkpoint ({args.out}/last is saved when the "
+                f"first epoch ends, every {SAVE_EVERY_STEPS} updates and at the end): the same "
+                f"command starts the run over")
     return (f"{what}: {args.out}/last holds update {saved.train_state.step}; run "
             "the same command again to resume from there")
 
 
 _DESCRIPTIONS = {
     "train": "Train a translation model on Multi30k, or resume the run in OUT: Ctrl-C (or "
-             "SIGTERM) stops it at the end of an update, saved (a second Ctrl-C stops at once); "
+             "SIGTERM) stops it at the end of an update, saved (a second Ctrl-C stops at once, "
+             "after any save in progress); "
              "the same command goes on from OUT/last. It writes OUT/tokenizer.json; OUT/last "
-             f"(the weights and Adam's state, for resuming; saved every {SAVE_EVERY_STEPS} "
-             "updates, on Ctrl-C and at the end); OUT/best (the weights with the best validation "
+             f"(the weights and Adam's state, for resuming; saved when the first epoch ends, every "
+             f"{SAVE_EVERY_STEPS} updates, on Ctrl-C and at the end); OUT/best (the weights with the best validation "
              "BLEU: all that translate and evaluate need); OUT/snapshots (the last epochs' "
              "weights, for --average). Multi30k is read from the folder $TRANSFORMER_BOOK_DATA "
              "names, else downloaded once into ~/.cache/transformer_book.",
@@ -315,6 +318,13 @@ def _decoding_options(p: argparse.ArgumentParser) -> None:
                    help="with --average: average fewer than N if that is all")
 
 
+def _whole_lines(stream: object) -> None:
+    """Make each line of `stream` one write: Python's stderr writes a print's text and its newline
+    apart, so the lines of torchrun's processes, which share one terminal, ran into each other."""
+    if isinstance(stream, io.TextIOWrapper) and stream.write_through:
+        stream.reconfigure(write_through=False, line_buffering=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     """The command line: train, translate or evaluate (python -m transformer_book --help).
 
@@ -323,6 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     train what the next run starts from (train first ends its update and saves it), and exits with
     status 130 (143).
     """
+    _whole_lines(sys.stderr)
     args = _parser().parse_args(argv)
     try:
         with sigterm_as_interrupt():

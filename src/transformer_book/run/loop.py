@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field, replace
-from functools import partial
+from functools import cached_property, partial
 from pathlib import Path
 
 import sacrebleu
@@ -203,6 +203,7 @@ class Upkeep:
     stop: StopRequest = field(default_factory=StopRequest)
     tokens_counted: int = 0  # target tokens already in the record
     saved_step: int = 0  # the step `last/` holds
+    saved_epoch: int = 0  # and the epochs it counts as finished (one more once an epoch is scored)
     # time spent writing checkpoints, this run and the sessions before it
     save_seconds: float = 0.0
 
@@ -221,6 +222,11 @@ class Run:
         """This process's batches of `epoch`: chapter 9's, the same again for the same seed and
         epoch."""
         return EpochBatches(self.corpus.examples, self.setup.preset, epoch, self.upkeep.processes)
+
+    @cached_property
+    def first_epoch_steps(self) -> int:
+        """The first epoch's updates: at its end after_step saves `last/` if none exists yet."""
+        return len(self.batches(0))
 
 
 def build_or_resume(setup: RunSetup, corpus: RunData, upkeep: Upkeep) -> Run:
@@ -261,7 +267,8 @@ def build_or_resume(setup: RunSetup, corpus: RunData, upkeep: Upkeep) -> Run:
     scheduler = WarmupSchedule(optimizer, preset.d_model, preset.warmup_steps, preset.lr_factor,
                                state.step - state.skipped_steps - 1)
     loss_fn = LabelSmoothingLoss(preset.label_smoothing, ignore_index=PAD_ID)
-    upkeep.tokens_counted, upkeep.saved_step = state.tokens_seen, state.step
+    upkeep.tokens_counted = state.tokens_seen
+    upkeep.saved_step, upkeep.saved_epoch = state.step, state.epoch
     upkeep.save_seconds = record.history[-1].get("save_seconds", 0.0) if record.history else 0.0
     learner = Learner(model, optimizer, scheduler, loss_fn, precision)
     return Run(setup, learner, corpus, upkeep, record)
@@ -302,8 +309,9 @@ def save(run: Run, name: str, copy_now: bool = False) -> None:
     run.record.train_state.read_losses()
     # in every process: each hands over its random generators, and all know the step saved
     if name == "last":
-        upkeep.saved_step, generators = (run.record.train_state.step,
-                                         upkeep.processes.gather(random_state(run.setup.device)))
+        state = run.record.train_state
+        upkeep.saved_step, upkeep.saved_epoch = state.step, state.epoch
+        generators = upkeep.processes.gather(random_state(run.setup.device))
     if not upkeep.processes.is_main:
         return  # one writer: the processes hold the same weights
     start = time.perf_counter()
@@ -317,7 +325,8 @@ def save(run: Run, name: str, copy_now: bool = False) -> None:
     upkeep.save_seconds += time.perf_counter() - start
 
 # %% ../../../chapters/10_training_on_gpu.ipynb #4810c20d
-# `last/` is saved every this many updates and at the end: a crash costs at most these
+# `last/` is saved every this many updates (and at the first epoch's end, and at the end): a crash
+# costs at most these
 SAVE_EVERY_STEPS = 200
 
 
@@ -343,11 +352,14 @@ def after_step(run: Run, max_steps: int | None, state: TrainState) -> bool:
                        f"this machine is too slow for the whole budget, so the model is less "
                        f"trained and its BLEU lower than the book's")
         elif asked:
-            upkeep.log(f"stopping at the end of update {state.step}, as asked: saving it (a second "
-                       f"Ctrl-C stops now)")
+            upkeep.log(f"stopping at the end of update {state.step}, as asked: saving it")
         save(run, "last", copy_now=True)
         return True
-    if state.step - upkeep.saved_step >= SAVE_EVERY_STEPS:
+    # A first epoch shorter than SAVE_EVERY_STEPS ends with `last/` saved: `best/` is written next,
+    # and a folder holding `best/` without a `last/` to resume from is refused as damaged.
+    first_epoch_ends = (upkeep.saved_step == 0 and state.epoch == 0
+                        and state.batch_in_epoch == run.first_epoch_steps)
+    if state.step - upkeep.saved_step >= SAVE_EVERY_STEPS or first_epoch_ends:
         save(run, "last")
     return False
 
@@ -356,10 +368,10 @@ def evaluate_and_save(run: Run, state: TrainState) -> None:
     """After each epoch, in process 0: score it; keep its weights if they will be averaged; `best`
     if it is best.
 
-    `last/` is not saved here but every SAVE_EVERY_STEPS updates and on Ctrl-C (after_step) and at
-    the end: a crash costs at most that many updates however long an epoch is, and short epochs add
-    no save of `last/` each. Whatever `last/` records is already on disk: snapshots and `best/` are
-    written when their epoch ends.
+    `last/` is not saved here but every SAVE_EVERY_STEPS updates, at the first epoch's last update
+    and on Ctrl-C (after_step) and at the end: a crash costs at most that many updates however long
+    an epoch is, and short epochs add no save of `last/` each. Whatever `last/` records is already
+    on disk: snapshots and `best/` are written when their epoch ends, and never before `last/`.
     """
     upkeep, preset, out = run.upkeep, run.setup.preset, run.setup.out
     if not upkeep.processes.is_main:
@@ -445,7 +457,9 @@ def finish(run: Run) -> None:
         evaluate_and_save(run, state)  # the unfinished epoch: it may be the best model
     if not (run.setup.out / "best").exists():
         save(run, "best")
-    if scored_now or upkeep.saved_step != state.step:
+    # not when `last/` holds this very moment (a stop saved it); a save at the epoch's last update
+    # came before the epoch was counted and scored
+    if scored_now or (upkeep.saved_step, upkeep.saved_epoch) != (state.step, state.epoch):
         save(run, "last")  # the finished run: a new call of train finds it complete
         if record.history:
             record.history[-1]["save_seconds"] = upkeep.save_seconds

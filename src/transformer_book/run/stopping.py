@@ -3,24 +3,25 @@
 (chapter 10's companion)."""
 
 # %% auto #0
-__all__ = ['INTERRUPTED', 'STOP_SIGNALS', 'StopRequest']
+__all__ = ['INTERRUPTED', 'StopRequest']
 
 # %% ../../../chapters/10a_engineering_the_run.ipynb #9c5ff5df
 import signal
 import threading
 from types import FrameType
 
+from ..interrupts import STOP_SIGNALS
+
 # %% ../../../chapters/10a_engineering_the_run.ipynb #bac2acd3
 # the record's `stopped` after a Ctrl-C: unlike the time limit's, the next call resumes
 INTERRUPTED = "interrupted"
-# Ctrl-C; `kill`, a batch scheduler or a notebook host
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 class StopRequest:
     """Within: the first Ctrl-C (SIGINT) or SIGTERM is noted instead of raised, so that training can
     stop at the end of the update in progress (it reads `requested` after each); a second one goes
-    to the handler that was there before, which stops at once. On leaving, the previous handlers are
+    to the handler that was there before, which stops at once (during a save, once it is written:
+    `signals_wait`). On leaving, the previous handlers are
     back. Outside the main thread (where Python sets no handler), and for a signal that is ignored
     or handled outside Python, it changes nothing."""
 
