@@ -8,7 +8,8 @@ A throwaway virtual environment stands in for a Colab runtime:
 - pip with no index: a local folder of wheels stands in for PyPI.
 
 First the wheel from `make dist` is installed with runtime dependencies only, and the command line and the main
-imports are tried. Then two passes run chapters top to bottom with nbclient (chapter 10 with its smoke preset),
+imports are tried; then `transformer-book[pretrained]` with the pretrained translator's wheel, whose `translate`
+must work with the network cut off. Then two passes run chapters top to bottom with nbclient (chapter 10 with its smoke preset),
 side by side, each in its own copy of the environment (chapter 1's longest cell uses one thread, which leaves a
 core to the other pass); the check fails if any cell raises, or if the package did not come from where the pass
 expects:
@@ -116,17 +117,19 @@ def installed(python: Path) -> dict[str, str]:
     return {item["name"].lower(): item["version"] for item in json.loads(listing)}
 
 
-def check_wheel(python: Path, dist: Path, version: str) -> None:
-    """Install the wheel with runtime dependencies only; the command line and main imports must work."""
+def check_wheel(python: Path, dist: Path, version: str) -> str:
+    """Install the wheel with runtime dependencies only; the command line and main imports must work. Returns
+    the pretrained translator's English (check_pretrained)."""
     run([str(python), "-m", "pip", "install", "-q", "--no-index", "--find-links", str(dist), f"transformer-book=={version}"])
     run([str(python), "-m", "pip", "check"])
     run([str(python), "-m", "transformer_book", "--help"], cwd="/")
     run([str(python), "-c", "from transformer_book import Transformer, Translator"], cwd="/")
-    check_pretrained(python, dist, version)
+    english = check_pretrained(python, dist, version)
     run([str(python), "-m", "pip", "uninstall", "-q", "-y", "transformer-book"])
+    return english
 
 
-def check_pretrained(python: Path, dist: Path, version: str) -> None:
+def check_pretrained(python: Path, dist: Path, version: str) -> str:
     """`pip install "transformer-book[pretrained]"` as a reader types it, at the lowest tokenizers the pretrained
     distribution allows (the book's 0.15 cannot read its tokenizer.json): `translate` with no checkpoint must
     translate, with the network cut off by an unreachable proxy. Then the runtime's own pins are put back."""
@@ -146,6 +149,7 @@ def check_pretrained(python: Path, dist: Path, version: str) -> None:
     moved = {pin.split("==")[0] for pin in pins}
     run([str(python), "-m", "pip", "install", "-q",
          *[pin for pin in lowest_pins(REPO_ROOT / "pyproject.toml") if pin.split("==")[0] in moved]])
+    return english
 
 
 def make_kernel(work: Path, python: Path, wheels: Path, constraints: Path, name: str) -> Path:
@@ -271,9 +275,10 @@ def main(argv: list[str] | None = None) -> int:
         pins = lowest_pins(REPO_ROOT / "pyproject.toml")
         print(f"colab-check: runtime with the lowest allowed versions: {' '.join(pins)}", flush=True)
         python = make_runtime(work, pins)
-        check_wheel(python, wheel.parent, version)
+        english = check_wheel(python, wheel.parent, version)
         print("colab-check: the wheel installs with runtime dependencies only; `python -m transformer_book --help` "
-              "and `from transformer_book import Transformer, Translator` work", flush=True)
+              "and `from transformer_book import Transformer, Translator` work; with [pretrained], `translate` "
+              f"offline: 'Ein Hund läuft über die Wiese.' -> {english!r}", flush=True)
         run([str(python), "-m", "pip", "install", "-q", "-c", str(work / "lowest.txt"), *KERNEL_PACKAGES])
         versions = installed(python)
         wrong = [pin for pin in pins if not same_version(versions.get(pin.split("==")[0].lower()), pin.split("==")[1])]
