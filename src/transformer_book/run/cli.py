@@ -220,10 +220,10 @@ def _interrupted(args: argparse.Namespace, stop: KeyboardInterrupt) -> str:
 _DESCRIPTIONS = {
     "train": "Train a translation model on Multi30k, or resume the run in OUT: Ctrl-C (or "
              "SIGTERM) stops it at the end of an update, saved (a second Ctrl-C stops at once, "
-             "after any save in progress); "
-             "the same command goes on from OUT/last. It writes OUT/tokenizer.json; OUT/last "
-             f"(the weights and Adam's state, for resuming; saved when the first epoch ends, every "
-             f"{SAVE_EVERY_STEPS} updates, on Ctrl-C and at the end); OUT/best (the weights with the best validation "
+             "after any save in progress); the same command goes on from OUT/last. It writes "
+             "OUT/tokenizer.json; OUT/last (the weights and Adam's state, for resuming; saved "
+             f"when the first epoch ends, every {SAVE_EVERY_STEPS} updates, on Ctrl-C and at the "
+             "end); OUT/best (the weights with the best validation "
              "BLEU: all that translate and evaluate need); OUT/snapshots (the last epochs' "
              "weights, for --average). Multi30k is read from the folder $TRANSFORMER_BOOK_DATA "
              "names, else downloaded once into ~/.cache/transformer_book.",
