@@ -1,5 +1,6 @@
 """The benchmark scripts of bench/ start and refuse bad arguments (their measurements are not tests)."""
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -10,9 +11,9 @@ import torch
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
-def run_bench(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(REPO_ROOT / "bench" / "gpu_check.py"), *args],
-                          capture_output=True, text=True, timeout=120)
+def run_bench(*args: str, script: str = "gpu_check.py") -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(REPO_ROOT / "bench" / script), *args],
+                          capture_output=True, text=True, timeout=300)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU the script measures for real")
@@ -34,3 +35,18 @@ def test_gpu_check_refuses_no_epochs_and_an_unknown_arithmetic():
     result = run_bench("--amp", "float8")
     assert result.returncode == 2 and "invalid choice: 'float8'" in result.stderr
 
+
+
+def test_step_breakdown_measures_a_step_that_reads_nothing_back():
+    result = run_bench("--preset", "smoke", "--tokens", "200", "--steps", "3", "--warmup", "1", "--variants", "eager",
+                       "--amp", "off", script="step_breakdown.py")
+    assert result.returncode == 0, result.stderr
+    line = json.loads(result.stdout)
+    assert line["variant"] == "eager" and line["ms_per_step"] > 0 and line["target_tokens"] >= 200
+    assert line["kernels_per_step"] > 100 and line["gflop_per_step"] > 0 and line["tflops"] > 0
+    assert line["host_reads_per_step"] == 0  # fit's step leaves every value on the device
+
+
+def test_step_breakdown_refuses_a_count_below_one():
+    result = run_bench("--steps", "0", script="step_breakdown.py")
+    assert result.returncode == 2 and "--steps must be at least 1, got 0" in result.stderr
