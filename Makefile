@@ -105,7 +105,7 @@ NBVAL_LONGEST := 11_one_stack 01_rnn_limits 07_label_smoothing_and_training 10_t
 NBVAL_FIRST := $(foreach name,$(NBVAL_LONGEST),$(filter chapters/$(name).ipynb,$(CHAPTERS)))
 NBVAL_CHAPTERS := $(NBVAL_FIRST) $(filter-out $(NBVAL_FIRST),$(CHAPTERS))
 NBVAL = TRANSFORMER_BOOK_PRESET=$(TEST_PRESET) OMP_WAIT_POLICY=PASSIVE $(BIN)/python -m pytest --nbval $(NBVAL_CHAPTERS) \
-	  --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider --durations=5 \
+	  --nbval-sanitize-with tests/nbval_sanitize.cfg -p tests.nbval_kernel_start -p no:cacheprovider --durations=5 \
 	  $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
 
 # The stored outputs must hold on a reader's CPU too, so nbval runs twice: as this machine runs the chapters, then
