@@ -51,6 +51,9 @@ PAGES = {
 <p><a href="other.html#sec">a section</a>, <a href="#good">this page</a>, <a href="https://example.org/">outside</a></p>
 LAUNCH(good.ipynb)
 <div class="admonition dropdown"><p class="admonition-title">Solution</p><p>The answer.</p></div>
+<details class="hide"><summary>Show code</summary><pre>y = 2</pre>
+<details class="hide"><summary>Show more</summary><p>More.</p></details></details>
+<details class="hide"><summary>Show code</summary><pre>z = 3</pre></details>
 <div class="cell"><div class="cell_output"><script type="application/vnd.jupyter.widget-view+json">
 {"model_id": "abc", "version_major": 2, "version_minor": 0}</script></div></div>
 <p>In Jupyter the cell above is interactive; the page shows a few settings of it below.</p>
@@ -102,6 +105,13 @@ step  loss  accuracy  tokens/s  seconds  learning rate  gradient norm  skipped  
     # A button with no name (critical for axe-core) and grey text on white (serious: too little contrast).
     "inaccessible.html": '<button></button><p style="color: #bbb">Hard to read.</p>',
     "open_solution.html": '<details open><summary>Solution</summary><p>Shown before any click.</p></details>',
+    # Folded boxes whose summary swallows the click: the first of its kind (clicked for real), a later one (clicked
+    # by script), and one nested in a box that opens (seen only once its parent is open).
+    "stuck_details.html": """
+<details class="hide"><summary onclick="event.preventDefault()">Stuck first</summary><p>a</p></details>
+<details class="hide"><summary>Opens</summary><p>b</p>
+<details class="hide"><summary onclick="event.preventDefault()">Stuck nested</summary><p>c</p></details></details>
+<details class="hide"><summary onclick="event.preventDefault()">Stuck later</summary><p>d</p></details>""",
     "needs_network.html": "<p>MathJax from a CDN: <span class=\"math\">\\(x\\)</span></p>",
 }
 LOCAL_MATHJAX = '<script defer src="_static/mathjax/tex-chtml.js"></script>'
@@ -269,3 +279,10 @@ def test_colab_links_come_from_the_config(tmp_path):
     (tmp_path / "chapters" / "01_rnn_limits.ipynb").unlink()
     with pytest.raises(FileNotFoundError, match="chapters/01_rnn_limits.ipynb"):
         site_from_book(build, tmp_path / "_config.yml")
+
+
+def test_folded_boxes_that_do_not_open_are_caught_clicked_for_real_by_script_and_nested(reports):
+    report = reports["stuck_details.html"]
+    _assert_caught(report, *(f"collapsible {name!r} does not open when clicked"
+                             for name in ("Stuck first", "Stuck nested", "Stuck later")))
+    assert "'Opens'" not in format_problems(report) and len(report.problems) == 3, format_problems(report)
