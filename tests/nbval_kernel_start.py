@@ -25,7 +25,8 @@ def start_kernel_again_if_it_dies(*args, start=None, attempts: int = ATTEMPTS, *
     start = start or _start_new_kernel
     failures = []
     for attempt in range(1, attempts + 1):
-        with tempfile.TemporaryFile("w+") as stderr:  # the kernel keeps its own handle open after ours closes
+        # the kernel keeps its own handle open after ours closes; what it printed may not be UTF-8
+        with tempfile.TemporaryFile("w+", errors="replace") as stderr:
             try:
                 return start(*args, **{**kwargs, "stderr": stderr})
             except RuntimeError as error:
