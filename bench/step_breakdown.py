@@ -54,7 +54,7 @@ from transformer_book.training import (  # noqa: E402
 
 # Dense bfloat16 (float16 on the T4) tensor-core TFLOP/s from the data sheets, by a part of the card's name;
 # the first match counts, so the PCIe H100 comes before the name every H100 shares. A card not listed gets no share
-# of peak (AWS's A10G, for one: its tensor rate is not the A10's 125 and NVIDIA publishes no data sheet for it).
+# of peak (AWS's A10G, for one: its tensor rate differs from the A10's 125, and no figure for it was checked here).
 PEAK_TFLOPS = {"H100 PCIe": 756.0, "H100": 989.0, "H200": 989.0, "A100": 312.0, "L4": 121.0, "T4": 65.0}
 VARIANTS = ("eager", "compiled")
 

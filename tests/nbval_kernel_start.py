@@ -4,8 +4,8 @@ kernel that dies while starting is started again, and what it printed is kept.
 Why: in a full `.ci/run` (2026-11-29), chapter 3's 46 cells all errored at set-up with "Kernel died before
 replying to kernel_info", and the same chapter then passed alone. nbval sends the kernel's stderr to /dev/null,
 so the cause was lost. A known cause is a race between two kernels started at once (as `-n 2` does):
-jupyter_client picks free ports, releases them, and the kernel binds them a second later, by which time another
-process may hold one. Only the start is retried; a kernel that dies while running cells still fails its chapter.
+jupyter_client picks free ports, releases them, and the kernel binds them only once its start-up is done, by
+which time another process may hold one. Only the start is retried; a kernel that dies while running cells still fails its chapter.
 """
 
 from __future__ import annotations
