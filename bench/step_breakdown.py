@@ -14,8 +14,9 @@ ones, and prints one line of JSON:
 
 Variants, chosen with --variants:
 - eager: the package's train_step as chapter 7's fit calls it (no host checks), chapter 10's arithmetic;
-- compiled: the same with torch.compile of the model (loss, backward and Adam as they are), and every length
-  padded up to a multiple of --pad-multiple, so that few distinct shapes reach the compiler.
+- compiled: the same with torch.compile of the model and of the loss (backward and Adam as they are), and every length
+  padded up to a multiple of --pad-multiple, so that few distinct shapes reach the compiler; one line for each
+  multiple given (1: no padding).
 
     python bench/step_breakdown.py                                   # on a GPU: gpu preset, 4,000 tokens
     python bench/step_breakdown.py --tokens 16000                    # larger batches
@@ -108,7 +109,7 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def measure(variant: str, args: argparse.Namespace, device: torch.device) -> dict:
+def measure(variant: str, args: argparse.Namespace, device: torch.device, pad_multiple: int = 1) -> dict:
     """One variant's line: times, kernels, host reads and FLOPs per step."""
     preset = PRESETS[args.preset]
     set_seed(0)
@@ -118,15 +119,15 @@ def measure(variant: str, args: argparse.Namespace, device: torch.device) -> dic
     loss_fn = LabelSmoothingLoss(preset.label_smoothing, ignore_index=PAD_ID)
     amp_dtype = pick_amp_dtype(device) if args.amp == "auto" else None
     scaler = torch.amp.GradScaler("cuda") if amp_dtype == torch.float16 else None
-    pad_multiple = args.pad_multiple if variant == "compiled" else 1
     batches = synthetic_batches(args.warmup + args.steps, args.tokens, preset.vocab_size, pad_multiple)
     batches = [b.pin_memory() if device.type == "cuda" else b for b in batches]
     if variant == "compiled":
         torch._dynamo.reset()  # its counters too
-    stepped_model = torch.compile(model) if variant == "compiled" else model
+    compiled = variant == "compiled"  # as train(compile_step=True) does: the model and the loss
+    stepped_model, stepped_loss = (torch.compile(model), torch.compile(loss_fn)) if compiled else (model, loss_fn)
 
     def step(batch: Batch) -> None:
-        train_step(stepped_model, batch, optimizer, loss_fn, device=device, scheduler=scheduler,
+        train_step(stepped_model, batch, optimizer, stepped_loss, device=device, scheduler=scheduler,
                    amp_dtype=amp_dtype, scaler=scaler, host_checks=False)
 
     start = time.perf_counter()
@@ -153,7 +154,8 @@ def measure(variant: str, args: argparse.Namespace, device: torch.device) -> dic
     tflops = flops / (ms / 1000) / 1e12
     peak = peak_tflops(device)
     return {
-        "variant": variant, "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "variant": variant, "pad_multiple": pad_multiple,
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "preset": args.preset, "amp": str(amp_dtype), "target_tokens": round(statistics.mean(
             b.num_tokens for b in measured)), "ms_per_step": round(ms, 2),
         "host_ms_per_step": round(1000 * statistics.median(host), 2),
@@ -201,16 +203,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=60, help="steps measured (default 60)")
     parser.add_argument("--warmup", type=int, default=30, help="steps before them, compiling included (default 30)")
     parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
-    parser.add_argument("--pad-multiple", type=int, default=16, help="compiled: lengths rounded up to this")
+    parser.add_argument("--pad-multiple", type=int, nargs="+", default=[8],
+                        help="compiled: lengths rounded up to this; several: a line for each (default 8)")
     parser.add_argument("--amp", choices=["auto", "off"], default="auto",
                         help="auto: chapter 10's choice for the device (bfloat16 or float16); off: float32")
     args = parser.parse_args(argv)
     for name in ("tokens", "steps", "warmup", "pad_multiple"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+        for value in getattr(args, name) if name == "pad_multiple" else [getattr(args, name)]:
+            if value < 1:
+                parser.error(f"--{name.replace('_', '-')} must be at least 1, got {value}")
     device = pick_device()
     for variant in args.variants:
-        print(json.dumps(measure(variant, args, device)), flush=True)
+        for pad_multiple in args.pad_multiple if variant == "compiled" else [1]:
+            print(json.dumps(measure(variant, args, device, pad_multiple)), flush=True)
     return 0
 
 

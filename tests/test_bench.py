@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import needs_data
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -21,6 +22,19 @@ def test_gpu_check_without_a_gpu_says_so_and_succeeds():
     result = run_bench("--steps", "3", "--warmup", "1")
     assert result.returncode == 0, result.stderr
     assert "PyTorch sees no CUDA GPU here" in result.stdout
+
+
+@needs_data
+def test_gpu_check_rehearses_on_the_cpu_and_splits_the_wall_time(tmp_path):
+    record = tmp_path / "record.json"
+    result = run_bench("--device", "cpu", "--preset", "smoke", "--epochs", "1", "--warmup", "2", "--amp", "off",
+                       "--record", str(record))
+    assert result.returncode == 0, result.stderr
+    line = json.loads(result.stdout)
+    assert line["device"] == "cpu" and line["preset"] == "smoke" and line["compiled"] is False
+    assert line["wall_seconds"] >= line["train_seconds"] + line["eval_seconds"] > line["train_seconds"] > 0
+    saved = json.loads(record.read_text())
+    assert saved["epochs"] == 1 and len(saved["val_loss"]) == 1 and saved["wall_seconds"] == line["wall_seconds"]
 
 
 def test_gpu_check_refuses_fewer_steps_than_warm_up_steps():

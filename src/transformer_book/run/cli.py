@@ -287,6 +287,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--direction", choices=DIRECTIONS, default=None,
                    help="de-en: German in, English out; en-de: the other way; "
                         "default: the preset's (de-en)")
+    p.add_argument("--compile", action="store_true",
+                   help="compile the training step (torch.compile): fewer, larger kernels, after a "
+                        "wait to compile them")
     p = commands.add_parser("translate", help="translate sentences (arguments, or lines on stdin) "
                             "with a trained model", description=_DESCRIPTIONS["translate"],
                             **command)
@@ -442,7 +445,8 @@ def _train(args: argparse.Namespace) -> int:
     else:
         device = _join_torchrun() if distributed else None
         try:
-            run = train(preset, args.out, device=device, max_steps=args.max_steps, log=print)
+            run = train(preset, args.out, device=device, max_steps=args.max_steps, log=print,
+                        compile_step=args.compile)
         finally:
             if distributed:
                 dist.destroy_process_group()

@@ -2,9 +2,10 @@
 """The training run on Multi30k, as a few named steps (chapter 10)."""
 
 # %% auto #0
-__all__ = ['SAVE_EVERY_STEPS', 'train', 'train_epochs', 'RunData', 'prepare_data', 'EpochBatches', 'RunSetup', 'Learner', 'Upkeep', 'Run', 'build_or_resume', 'resume', 'save', 'after_step', 'evaluate_and_save', 'score_epoch', 'validation_loss', 'finish', 'step_cost']
+__all__ = ['COMPILED_PAD_MULTIPLE', 'SAVE_EVERY_STEPS', 'train', 'train_epochs', 'RunData', 'prepare_data', 'EpochBatches', 'RunSetup', 'Learner', 'Upkeep', 'Run', 'build_or_resume', 'resume', 'save', 'after_step', 'evaluate_and_save', 'score_epoch', 'validation_loss', 'finish', 'step_cost']
 
 # %% ../../../chapters/10_training_on_gpu.ipynb #9c3d2b47
+import math
 import time
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
@@ -22,7 +23,7 @@ from . import runfolder
 from .checkpoint import RunRecord, load_checkpoint, load_optimizer_state
 from .checkpoint import save_checkpoint
 from .checkpoint import random_state
-from ..checks import check_choice, check_int, check_type
+from ..checks import check_bool, check_choice, check_int, check_type
 from .distributed import Processes
 from ..masking import Batch, make_batch, pad_sequences
 from ..model import Transformer
@@ -36,11 +37,6 @@ from ..training import make_optimizer, set_seed
 from .translate import Translator
 
 # %% ../../../chapters/10_training_on_gpu.ipynb #1d6b9523
-def _discard(line: str) -> None:
-    """The log of a run started without one, and of each process of a torchrun job but the
-    first."""
-
-
 def train(
     preset: Preset | str | None = None,
     out: str | Path = "runs/multi30k",
@@ -51,6 +47,7 @@ def train(
     log: Callable[[str], None] | None = None,
     copy_to: str | Path | None = None,
     amp: str | None = None,
+    compile_step: bool = False,
 ) -> RunRecord:
     """Train, or resume, the run in folder `out`; returns its record (history, training state,
     preset).
@@ -60,8 +57,9 @@ def train(
     checkpoints, and a run whose folder `out` is empty starts from them. Started by torchrun in
     several processes, each trains on its share of every batch, and process 0 alone evaluates, saves
     and logs. Ctrl-C (or SIGTERM) stops it at the end of the update in progress; it saves that
-    update, then raises KeyboardInterrupt (chapter 10a).
+    update, then raises KeyboardInterrupt (chapter 10a). compile_step compiles the step (torch.compile).
     """
+    check_bool("compile_step", compile_step)
     if max_steps is not None:
         check_int("max_steps", max_steps)
     if log is not None:
@@ -85,7 +83,7 @@ def train(
             log(f"copied the run saved in {copy_to} to {out}")
         set_seed(preset.seed)
         corpus = prepare_data(preset, out, processes, root)
-        run = build_or_resume(RunSetup(preset, out, device), corpus, upkeep)
+        run = build_or_resume(RunSetup(preset, out, device, compile_step), corpus, upkeep)
         # the first Ctrl-C or SIGTERM asks to stop at the end of the update in progress
         with upkeep.stop:
             train_epochs(run, max_steps, progress)
@@ -104,6 +102,8 @@ def train_epochs(run: "Run", max_steps: int | None, progress: bool) -> None:
     run.record.stopped = None
     setup, learner, processes = run.setup, run.learner, run.upkeep.processes
     model, loss_fn = processes.wrap(learner.model, learner.loss_fn, setup.device)
+    if setup.compile_step:  # the step alone: evaluation and decoding run the plain model
+        model, loss_fn = torch.compile(model), torch.compile(loss_fn)
     precision = learner.precision
     fit(model, run.batches, learner.optimizer, loss_fn, device=setup.device,
         epochs=setup.preset.epochs, scheduler=learner.scheduler, amp_dtype=precision.amp_dtype,
@@ -148,17 +148,26 @@ def prepare_data(preset: Preset, out: Path, processes: Processes,
     return RunData(tokenizer, examples, val_pairs, val_examples)
 
 
+def _discard(line: str) -> None:
+    """The log of a run started without one, and of each process of a torchrun job but the
+    first."""
+
+
 class EpochBatches(Sequence):
     """An epoch's batches, exactly chapter 9's batch_by_tokens (same order, same tensors for the
     same seed and epoch), but each made when it is used: the first step does not wait for the whole
     epoch's, and counting them (len) makes none."""
 
-    def __init__(self, examples: list, preset: Preset, epoch: int, processes: Processes):
+    def __init__(self, examples: list, preset: Preset, epoch: int, processes: Processes,
+                 pad_multiple: int = 1):
         # as batch_by_tokens measures them
         sizes = [max(len(src), len(tgt) - 1) for src, tgt in examples]
         self.groups = data.token_buckets(sizes, preset.max_tokens, shuffle=True, seed=preset.seed,
                                          epoch=epoch)
         self.examples, self.processes = examples, processes
+        # > 1: every length the model reads padded up to a multiple of it, so a compiled step
+        # meets few shapes
+        self.pad_multiple = pad_multiple
 
     def __len__(self) -> int:
         return len(self.groups)
@@ -169,7 +178,23 @@ class EpochBatches(Sequence):
         pairs = [self.examples[i] for i in self.groups[index]]
         src = pad_sequences([torch.tensor(s) for s, _ in pairs], PAD_ID)  # (B, T_src)
         tgt = pad_sequences([torch.tensor(t) for _, t in pairs], PAD_ID)  # (B, T_tgt + 1)
+        if self.pad_multiple > 1:
+            src = _widen(src, self.pad_multiple)
+            tgt = _widen(tgt, self.pad_multiple, extra=1)  # the decoder reads T_tgt of them
         return self.processes.share([make_batch(src, tgt, PAD_ID)])[0]  # this process's share
+
+
+def _widen(tokens: torch.Tensor, multiple: int, extra: int = 0) -> torch.Tensor:
+    """tokens (B, T) padded on the right to (B, W), W - extra the first multiple of `multiple`
+    at or above T - extra."""
+    width = extra + multiple * math.ceil((tokens.size(1) - extra) / multiple)
+    return nn.functional.pad(tokens, (0, width - tokens.size(1)), value=PAD_ID)
+
+
+# A compiled step's lengths are padded up to a multiple of this. On one Intel Xeon (AMX, bfloat16),
+# the cpu preset's compiled step took 1,410 ms so padded and 1,493 ms unpadded, side by side
+# (bench/step_breakdown.py --preset cpu --pad-multiple 1 8); a GPU's figures come from the same script.
+COMPILED_PAD_MULTIPLE = 8
 
 
 @dataclass(frozen=True)
@@ -179,6 +204,7 @@ class RunSetup:
     preset: Preset
     out: Path  # the run folder
     device: torch.device
+    compile_step: bool = False  # the training step compiled (torch.compile)
 
 
 @dataclass(frozen=True)
@@ -221,7 +247,8 @@ class Run:
     def batches(self, epoch: int) -> EpochBatches:
         """This process's batches of `epoch`: chapter 9's, the same again for the same seed and
         epoch."""
-        return EpochBatches(self.corpus.examples, self.setup.preset, epoch, self.upkeep.processes)
+        return EpochBatches(self.corpus.examples, self.setup.preset, epoch, self.upkeep.processes,
+                            COMPILED_PAD_MULTIPLE if self.setup.compile_step else 1)
 
     @cached_property
     def first_epoch_steps(self) -> int:
@@ -435,15 +462,15 @@ def validation_loss(learner: Learner, examples: list, max_tokens: int,
     arithmetic."""
     model, loss_fn = learner.model, learner.loss_fn
     model.eval()
-    total, tokens = 0.0, 0
+    sums, tokens = [], 0  # each batch's summed loss stays on the device: one read at the end
     for batch in data.batch_by_tokens(examples, max_tokens, shuffle=False):
         batch = batch.to(device)
         with learner.precision.autocast(device):
-            # (B, T_tgt, vocab_size)
-            logits = model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)
-        total += loss_fn(logits, batch.tgt_out).item() * batch.num_tokens
+            # (B, T_tgt, vocab_size); the ids were checked once, in prepare_data
+            logits = model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask, check_ids=False)
+        sums.append(loss_fn(logits, batch.tgt_out).float() * batch.num_tokens)
         tokens += batch.num_tokens
-    return total / tokens
+    return torch.stack(sums).sum().item() / tokens
 
 
 def finish(run: Run) -> None:
