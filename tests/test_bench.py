@@ -61,6 +61,11 @@ def test_step_breakdown_measures_a_step_that_reads_nothing_back():
     assert line["host_reads_per_step"] == 0  # fit's step leaves every value on the device
 
 
+def test_compile_speedup_refuses_a_count_below_one():
+    result = run_bench("--rounds", "0", script="compile_speedup.py")
+    assert result.returncode == 2 and "--rounds must be at least 1, got 0" in result.stderr
+
+
 def test_step_breakdown_refuses_a_count_below_one():
     result = run_bench("--steps", "0", script="step_breakdown.py")
     assert result.returncode == 2 and "--steps must be at least 1, got 0" in result.stderr
