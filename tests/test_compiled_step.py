@@ -2,6 +2,7 @@
 run as the plain step, to float32's rounding."""
 
 import dataclasses
+import shutil
 
 import pytest
 import torch
@@ -18,9 +19,13 @@ from transformer_book.training import LabelSmoothingLoss
 # No dropout: compiled code draws its random masks with a generator of its own, so with dropout the two runs
 # would differ by design; without it they must agree to rounding.
 PLAIN_SMOKE = dataclasses.replace(PRESETS["smoke"], dropout=0.0, epochs=1, amp="off")
+# torch.compile builds C++ for a CPU
+needs_compiler = pytest.mark.skipif(not any(shutil.which(c) for c in ("g++", "c++", "clang++")),
+                                    reason="torch.compile on a CPU needs a C++ compiler (g++ or clang++)")
 
 
 @needs_data
+@needs_compiler
 def test_a_compiled_run_trains_and_scores_as_the_plain_one(tmp_path):
     plain = train(PLAIN_SMOKE, tmp_path / "plain", device="cpu", progress=False)
     torch._dynamo.reset()
