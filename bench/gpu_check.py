@@ -14,7 +14,8 @@ Without a CUDA GPU it says so and exits 0: there is nothing to measure.
 With `--epochs N` it trains the preset's first N epochs instead (each scored as chapter 10 scores it), and with
 `--record FILE` it also writes the line, the versions and the epochs' validation BLEU to FILE as a run record
 (chapters/records/ keeps the book's). `--amp float16` forces float16 with a gradient scaler: the path a T4 takes.
-`--compile` compiles the training step (torch.compile; the first steps then wait for the compiler). The line also
+`--compile` compiles the training step (torch.compile; the first steps then wait for the compiler, and the measured
+call compiles its own model again, from the cache the warm-up call filled: its seconds include that). The line also
 gives the wall time of the whole call's training, evaluations and saves included, and those two apart.
 
 `--device cpu --preset smoke` rehearses a GPU session's commands on a machine without one.
