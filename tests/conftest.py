@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from transformer_book.tokens import BOS_ID, EOS_ID
+
 # The tests use tiny models, for which one thread is fastest. It also keeps them quick when something else
 # runs on the machine: with two threads on two busy cores, PyTorch's threads wait for each other and a step
 # can take ten times longer (measured on the book's 2-core machine).
@@ -76,3 +78,13 @@ def serve_http(handler):
     yield f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()
     server.server_close()
+
+
+def random_pairs(count: int, vocab_size: int, seed: int = 0) -> list[tuple[list[int], list[int]]]:
+    """Encoded pairs as a run holds them: source ids, and BOS + target ids + EOS, of 1 to 30 tokens each."""
+    gen = torch.Generator().manual_seed(seed)
+
+    def sentence() -> list[int]:
+        return torch.randint(4, vocab_size, (int(torch.randint(1, 31, (), generator=gen)),), generator=gen).tolist()
+
+    return [(sentence(), [BOS_ID, *sentence(), EOS_ID]) for _ in range(count)]

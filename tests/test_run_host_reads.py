@@ -5,8 +5,8 @@ import dataclasses
 import types
 
 import torch
+from conftest import random_pairs
 from hostreads import count_host_reads
-from test_compiled_step import random_pairs
 
 from transformer_book import data
 from transformer_book.model import Transformer

@@ -57,7 +57,8 @@ def train(
     checkpoints, and a run whose folder `out` is empty starts from them. Started by torchrun in
     several processes, each trains on its share of every batch, and process 0 alone evaluates, saves
     and logs. Ctrl-C (or SIGTERM) stops it at the end of the update in progress; it saves that
-    update, then raises KeyboardInterrupt (chapter 10a). compile_step compiles the step (torch.compile).
+    update, then raises KeyboardInterrupt (chapter 10a). compile_step: the step through
+    torch.compile.
     """
     check_bool("compile_step", compile_step)
     if max_steps is not None:
@@ -155,8 +156,8 @@ def _discard(line: str) -> None:
 
 class EpochBatches(Sequence):
     """An epoch's batches, exactly chapter 9's batch_by_tokens (same order, same tensors for the
-    same seed and epoch), but each made when it is used: the first step does not wait for the whole
-    epoch's, and counting them (len) makes none."""
+    same seed and epoch; wider with pad_multiple), but each made when it is used: the first step
+    does not wait for the whole epoch's, and counting them (len) makes none."""
 
     def __init__(self, examples: list, preset: Preset, epoch: int, processes: Processes,
                  pad_multiple: int = 1):
@@ -191,9 +192,10 @@ def _widen(tokens: torch.Tensor, multiple: int, extra: int = 0) -> torch.Tensor:
     return nn.functional.pad(tokens, (0, width - tokens.size(1)), value=PAD_ID)
 
 
-# A compiled step's lengths are padded up to a multiple of this. On one Intel Xeon (AMX, bfloat16),
-# the cpu preset's compiled step took 1,410 ms so padded and 1,493 ms unpadded, side by side
-# (bench/step_breakdown.py --preset cpu --pad-multiple 1 8); a GPU's figures come from the same script.
+# A compiled step's lengths are padded up to a multiple of this, for tensor widths the compiled
+# kernels handle well. On one Intel Xeon (AMX, bfloat16) the cpu preset's compiled step took 1,410 ms
+# so padded and 1,493 ms unpadded in one run of bench/step_breakdown.py --pad-multiple 1 8, a gap
+# within that machine's drift between runs: the same script on a GPU decides.
 COMPILED_PAD_MULTIPLE = 8
 
 
